@@ -1,0 +1,97 @@
+// Command attn runs, checks and benchmarks the attention mechanisms of
+// github.com/attnkit/attn.
+//
+// Usage:
+//
+//	attn bench [flags]   time and check every selected mechanism over a sweep
+//	attn run [flags]     one mechanism on tensors read from .npy or safetensors
+//
+// Run `attn <command> -h` for the flags of each command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+var commands = []struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}{
+	{"bench", "time and check every selected mechanism over a sweep of lengths", cmdBench},
+	{"run", "run one mechanism on tensors from .npy or safetensors files", cmdRun},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: attn <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'attn <command> -h' for a command's flags.")
+}
+
+// run is main without the process: it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		}
+		fmt.Fprintf(stderr, "attn %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "attn: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// errUsage marks an error the flag package has already printed.
+var errUsage = errors.New("usage")
+
+// parseFlags parses args with fs, which prints its own errors to stderr.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return errUsage
+	}
+	return nil
+}
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }

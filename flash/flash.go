@@ -1,0 +1,299 @@
+package flash
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// Config sets the tile sizes. The zero value uses the defaults.
+type Config struct {
+	// BlockRows is the number of query rows per tile (default 64). Rows of
+	// one tile are the query heads of a GQA group times a run of
+	// positions.
+	BlockRows int
+	// BlockK is the number of keys per key tile (default 64), rounded up
+	// to a multiple of simd.Panel.
+	BlockK int
+}
+
+const (
+	defaultBlockRows = 64
+	defaultBlockK    = 64
+)
+
+// Kernel is the fused exact attention kernel. It implements attn.Mechanism
+// under the name "exact". A Kernel is safe for concurrent use.
+type Kernel struct {
+	blockRows, blockK int
+}
+
+// New returns a kernel with the tile sizes of cfg.
+func New(cfg Config) *Kernel {
+	k := &Kernel{blockRows: cfg.BlockRows, blockK: cfg.BlockK}
+	if k.blockRows <= 0 {
+		k.blockRows = defaultBlockRows
+	}
+	if k.blockK <= 0 {
+		k.blockK = defaultBlockK
+	}
+	// Keys run along the vector lanes of S = Q·Kᵀ: whole panels only.
+	k.blockK = (k.blockK + simd.Panel - 1) / simd.Panel * simd.Panel
+	return k
+}
+
+// Name returns "exact".
+func (*Kernel) Name() string { return "exact" }
+
+// Attention computes exact attention with the default kernel and returns
+// newly allocated out[B][H][N][D] and lse[B][H][N].
+func Attention(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options) (out, lse []float32, err error) {
+	if err := s.Validate(); err != nil {
+		return nil, nil, err
+	}
+	out = make([]float32, s.QLen())
+	lse = make([]float32, s.LSELen())
+	if err := New(Config{}).Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+		return nil, nil, err
+	}
+	return out, lse, nil
+}
+
+// Forward writes exact attention of q, k, v into out and, when lse is not
+// nil, the log-sum-exp of every query row into lse.
+func (kn *Kernel) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	return kn.forward(ctx, s, q, k, v, o, dense{}, out, lse)
+}
+
+func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, pat Pattern, out, lse []float32) error {
+	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
+		return err
+	}
+	_, isDense := pat.(dense)
+	p := plan{
+		s: s, o: o, q: q, k: k, v: v, out: out, lse: lse, pat: pat, dense: isDense,
+		scale: o.ScaleFor(s.D),
+		bk:    kn.blockK,
+	}
+	// A tile covers every head of a group for posPerTile positions.
+	g := s.Group()
+	p.posPerTile = max(1, kn.blockRows/g)
+	p.tilesPerHead = (s.N + p.posPerTile - 1) / p.posPerTile
+	tiles := s.B * s.HKV * p.tilesPerHead
+	workers := o.WorkerCount(runtime.GOMAXPROCS(0), tiles)
+
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := newTile(g*p.posPerTile, s.D, p.bk)
+			for {
+				if err := ctx.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				n := int(next.Add(1)) - 1
+				if n >= tiles {
+					return
+				}
+				p.run(t, n)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plan is one Forward call's read-only state, shared by the workers.
+type plan struct {
+	s                        attn.Shape
+	o                        attn.Options
+	q, k, v, out, lse        []float32
+	pat                      Pattern
+	dense                    bool // pat is dense{}: skip the per-key checks
+	scale                    float32
+	bk                       int
+	posPerTile, tilesPerHead int
+}
+
+// run computes tile number n. Tiles are numbered so that, within each
+// (batch, kv head), the last query positions come first: under a causal
+// mask they see the most keys, and starting them early balances the
+// workers.
+func (p *plan) run(t *tile, n int) {
+	s := p.s
+	bh, ti := n/p.tilesPerHead, n%p.tilesPerHead
+	b, kvh := bh/s.HKV, bh%s.HKV
+	pos0 := (p.tilesPerHead - 1 - ti) * p.posPerTile
+	npos := min(p.posPerTile, s.N-pos0)
+	g := s.Group()
+
+	// Gather the group's rows, pre-scaled: row r = head (r / npos) of the
+	// group at position pos0 + r%npos.
+	t.rows = g * npos
+	maxEnd, minEnd := 0, s.M
+	for r := range t.rows {
+		h, i := kvh*g+r/npos, pos0+r%npos
+		src := p.q[((b*s.H+h)*s.N+i)*s.D:][:s.D]
+		dst := t.q[r*s.D:][:s.D]
+		for c, x := range src {
+			dst[c] = x * p.scale
+		}
+		end := p.o.VisibleKeys(s, b, i)
+		t.end[r] = end
+		t.pos[r] = s.M - s.N + i
+		maxEnd, minEnd = max(maxEnd, end), min(minEnd, end)
+	}
+	t.reset()
+
+	kBase := p.k[(b*s.HKV+kvh)*s.M*s.D:][:s.M*s.D]
+	vBase := p.v[(b*s.HKV+kvh)*s.M*s.D:][:s.M*s.D]
+	shift := s.M - s.N // absolute position of query 0
+	t.ranges = p.pat.KeyRanges(t.ranges[:0], shift+pos0, shift+pos0+npos, s.M)
+	for _, rg := range t.ranges {
+		lo, hi := max(rg.Lo, 0), min(rg.Hi, maxEnd)
+		for j0 := lo; j0 < hi; j0 += p.bk {
+			j1 := min(j0+p.bk, hi)
+			var perKey Pattern
+			if !rg.Full {
+				perKey = p.pat
+			}
+			t.attend(kBase[j0*s.D:j1*s.D], vBase[j0*s.D:j1*s.D], j0, j1-j0, j1 > minEnd, perKey)
+		}
+	}
+
+	for r := range t.rows {
+		h, i := kvh*g+r/npos, pos0+r%npos
+		row := (b*s.H+h)*s.N + i
+		l := t.finish(r, p.out[row*s.D:][:s.D])
+		if p.lse != nil {
+			p.lse[row] = l
+		}
+	}
+}
+
+// tile is one worker's scratch, reused for every tile the worker computes:
+// O(BlockRows·(D+BlockK) + BlockK·D) floats.
+type tile struct {
+	d, dp, bk int // head size, head size padded to simd.Panel, keys per tile
+	rows      int
+	q         []float32 // [rows][d], scaled queries
+	kt        []float32 // [d][bk], the key tile transposed, zero past its keys
+	vp        []float32 // [bk][dp], the value tile, zero past column d
+	s         []float32 // [rows][bk], logits then probabilities
+	acc       []float32 // [rows][dp], unnormalised output
+	m, l      []float32 // running max and sum per row
+	end       []int     // visible keys [0, end) per row
+	pos       []int     // absolute position of each row's query
+	ranges    []Range   // the pattern's key ranges for the current tile
+}
+
+func newTile(rows, d, bk int) *tile {
+	dp := (d + simd.Panel - 1) / simd.Panel * simd.Panel
+	return &tile{
+		d: d, dp: dp, bk: bk,
+		q:   make([]float32, rows*d),
+		kt:  make([]float32, d*bk),
+		vp:  make([]float32, bk*dp),
+		s:   make([]float32, rows*bk),
+		acc: make([]float32, rows*dp),
+		m:   make([]float32, rows),
+		l:   make([]float32, rows),
+		end: make([]int, rows),
+		pos: make([]int, rows),
+	}
+}
+
+var negInf = float32(math.Inf(-1))
+
+func (t *tile) reset() {
+	clear(t.acc[:t.rows*t.dp])
+	for r := range t.rows {
+		t.m[r] = negInf
+		t.l[r] = 0
+	}
+}
+
+// attend folds keys [j0, j0+nk) into every row of the tile. k and v hold
+// those nk key and value rows. When masked is set some row cannot see all
+// of them, and each row then uses only the keys before its end. A non-nil
+// pat masks further, key by key.
+func (t *tile) attend(k, v []float32, j0, nk int, masked bool, pat Pattern) {
+	d, dp, bk := t.d, t.dp, t.bk
+	// Pack once for all rows: Kᵀ so that S = Q·Kᵀ is a plain matrix
+	// product with keys along the vector lanes, and V padded to whole
+	// panels.
+	if nk < bk {
+		clear(t.kt)
+	}
+	for j := range nk {
+		for c, x := range k[j*d : (j+1)*d] {
+			t.kt[c*bk+j] = x
+		}
+		copy(t.vp[j*dp:], v[j*d:(j+1)*d])
+	}
+	simd.Gemm(t.rows, bk, d, t.q, d, t.kt, bk, t.s, bk, false)
+
+	for r := range t.rows {
+		s := t.s[r*bk:][:nk]
+		visible := nk
+		if masked {
+			visible = min(max(t.end[r]-j0, 0), nk)
+			clear(s[visible:]) // masked keys get probability 0
+			if visible == 0 {
+				continue
+			}
+		}
+		if pat != nil {
+			for j := range s[:visible] {
+				if !pat.Visible(t.pos[r], j0+j) {
+					s[j] = negInf
+				}
+			}
+		}
+		mx := max(t.m[r], simd.Max(s[:visible]))
+		if mx == negInf {
+			clear(s) // nothing visible to this row yet
+			continue
+		}
+		if mx > t.m[r] {
+			// The row max grew: bring the old sum and accumulator to the
+			// new reference point. On the first tile both are 0 and the
+			// factor exp(-Inf) is 0.
+			c := exp32(t.m[r] - mx)
+			t.l[r] *= c
+			simd.Scale(t.acc[r*dp:][:dp], c)
+			t.m[r] = mx
+		}
+		t.l[r] += simd.ExpSum(s[:visible], mx)
+	}
+	simd.Gemm(t.rows, dp, nk, t.s, bk, t.vp, dp, t.acc, dp, true)
+}
+
+// finish writes the normalised output of row r and returns its lse.
+func (t *tile) finish(r int, out []float32) float32 {
+	if t.l[r] == 0 {
+		clear(out)
+		return negInf
+	}
+	inv := 1 / t.l[r]
+	for i, a := range t.acc[r*t.dp:][:t.d] {
+		out[i] = a * inv
+	}
+	return t.m[r] + float32(math.Log(float64(t.l[r])))
+}
+
+func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }

@@ -1,0 +1,94 @@
+package flash
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
+)
+
+// maskPattern is a pattern given by an arbitrary visibility table over
+// absolute positions; its ranges are derived from the table, so they are
+// sometimes Full and sometimes not.
+type maskPattern struct {
+	shift, m int
+	vis      [][]bool // [query index][key]
+}
+
+func (mp *maskPattern) Visible(p, j int) bool { return mp.vis[p-mp.shift][j] }
+
+func (mp *maskPattern) KeyRanges(dst []Range, p0, p1, m int) []Range {
+	for j := 0; j < m; {
+		any := func(j int) bool {
+			for p := p0; p < p1; p++ {
+				if mp.Visible(p, j) {
+					return true
+				}
+			}
+			return false
+		}
+		if !any(j) {
+			j++
+			continue
+		}
+		r := Range{Lo: j, Full: true}
+		for ; j < m && any(j); j++ {
+			for p := p0; p < p1; p++ {
+				r.Full = r.Full && mp.Visible(p, j)
+			}
+		}
+		r.Hi = j
+		dst = append(dst, r)
+	}
+	return dst
+}
+
+func TestPattern(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, uint64(rand.Int64())))
+	for c, dims := range [][2]int{{70, 130}, {130, 70}, {1, 200}, {97, 97}} {
+		n, m := dims[0], dims[1]
+		s := attn.Shape{B: 2, H: 4, HKV: 2, N: n, M: m, D: 19}
+		// Bands of visible keys with holes: some tiles empty, some full,
+		// some mixed.
+		mp := &maskPattern{shift: m - n, m: m, vis: make([][]bool, n)}
+		width := 1 + rng.IntN(m)
+		for i := range mp.vis {
+			mp.vis[i] = make([]bool, m)
+			p := m - n + i
+			for j := range m {
+				mp.vis[i][j] = (j <= p && j > p-width) || (j%37 < 5 && rng.IntN(4) > 0)
+			}
+		}
+		for _, causal := range []bool{false, true} {
+			o := attn.Options{Causal: causal, KVLen: []int{m, rng.IntN(m + 1)}}
+			q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+			mask := ref.Mask(s, o)
+			for b := range s.B {
+				for i := range n {
+					for j := range m {
+						mask[(b*n+i)*m+j] = mask[(b*n+i)*m+j] && mp.vis[i][j]
+					}
+				}
+			}
+			wantOut, wantLSE, err := ref.Attention(s, q, k, v, ref.Spec{Mask: mask})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kn := range kernels {
+				out := make([]float32, s.QLen())
+				lse := make([]float32, s.LSELen())
+				if err := kn.ForwardPattern(context.Background(), s, q, k, v, o, mp, out, lse); err != nil {
+					t.Fatal(err)
+				}
+				if e := ref.RelErr(out, wantOut); e > tol {
+					t.Errorf("case %d causal=%v: out rel err %.3g", c, causal, e)
+				}
+				if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
+					t.Errorf("case %d causal=%v: lse rel err %.3g %v", c, causal, e, err)
+				}
+			}
+		}
+	}
+}

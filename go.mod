@@ -1,0 +1,3 @@
+module github.com/attnkit/attn
+
+go 1.26

@@ -1,0 +1,203 @@
+// Package registry is the one list of attention mechanisms by name, used by
+// the command line, the benchmarks and the model to build a mechanism from
+// a name and `-set name=value` parameters (DESIGN.md §7).
+//
+// Parameters are checked strictly: an unknown name, a malformed value or a
+// value out of range is an error naming the parameter, never ignored.
+package registry
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/flash"
+)
+
+// Param documents one parameter a mechanism accepts.
+type Param struct {
+	Name, Default, Doc string
+}
+
+// Entry describes one mechanism.
+type Entry struct {
+	Name    string
+	Summary string
+	Params  []Param
+	// Build makes the mechanism from parsed parameters and a seed for
+	// whatever it draws at random.
+	Build func(p *Params, seed uint64) (attn.Mechanism, error)
+}
+
+var entries = []Entry{
+	{
+		Name:    "exact",
+		Summary: "fused tiled online-softmax exact attention (package flash)",
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			return flash.New(flash.Config{}), nil
+		},
+	},
+}
+
+// Names lists the registered mechanisms in registration order.
+func Names() []string {
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
+	}
+	return names
+}
+
+// Lookup returns the entry called name.
+func Lookup(name string) (Entry, error) {
+	for _, e := range entries {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return Entry{}, fmt.Errorf("registry: unknown mechanism %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+// New builds mechanism name from `name=value` settings. Every setting must
+// be one the mechanism knows.
+func New(name string, settings []string, seed uint64) (attn.Mechanism, error) {
+	e, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := ParseSettings(settings)
+	if err != nil {
+		return nil, err
+	}
+	return e.New(p, seed)
+}
+
+// New builds the mechanism from p and fails if p holds a name the
+// mechanism did not read.
+func (e Entry) New(p *Params, seed uint64) (attn.Mechanism, error) {
+	m, err := e.Build(p, seed)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %s: %w", e.Name, err)
+	}
+	if left := p.unused(); len(left) > 0 {
+		known := make([]string, len(e.Params))
+		for i, q := range e.Params {
+			known[i] = q.Name
+		}
+		k := "none"
+		if len(known) > 0 {
+			k = strings.Join(known, ", ")
+		}
+		return nil, fmt.Errorf("registry: %s: unknown parameter %q (known: %s)", e.Name, left[0], k)
+	}
+	return m, nil
+}
+
+// Params holds `name=value` settings and records which ones were read.
+type Params struct {
+	values map[string]string
+	used   map[string]bool
+}
+
+// ParseSettings parses `name=value` strings; a name given twice is an error.
+func ParseSettings(settings []string) (*Params, error) {
+	p := &Params{values: map[string]string{}, used: map[string]bool{}}
+	for _, s := range settings {
+		name, value, ok := strings.Cut(s, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("registry: setting %q is not name=value", s)
+		}
+		if _, dup := p.values[name]; dup {
+			return nil, fmt.Errorf("registry: parameter %q set twice", name)
+		}
+		p.values[name] = strings.TrimSpace(value)
+	}
+	return p, nil
+}
+
+// Has reports whether name was set.
+func (p *Params) Has(name string) bool {
+	_, ok := p.values[name]
+	return ok
+}
+
+// Int returns parameter name as an integer in [lo, hi], or def when unset.
+func (p *Params) Int(name string, def, lo, hi int) (int, error) {
+	s, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s=%q is not an integer", name, s)
+	}
+	if v < lo || v > hi {
+		return 0, fmt.Errorf("parameter %s=%d is outside [%d, %d]", name, v, lo, hi)
+	}
+	return v, nil
+}
+
+// Ints returns parameter name as a comma-separated list of integers, each
+// in [lo, hi], or def when unset.
+func (p *Params) Ints(name string, def []int, lo, hi int) ([]int, error) {
+	s, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	return ParseInts(name, s, lo, hi)
+}
+
+// String returns parameter name, which must be one of choices, or def when
+// unset.
+func (p *Params) String(name, def string, choices ...string) (string, error) {
+	s, ok := p.get(name)
+	if !ok {
+		return def, nil
+	}
+	if !slices.Contains(choices, s) {
+		return "", fmt.Errorf("parameter %s=%q is not one of %s", name, s, strings.Join(choices, ", "))
+	}
+	return s, nil
+}
+
+func (p *Params) get(name string) (string, bool) {
+	s, ok := p.values[name]
+	if ok {
+		p.used[name] = true
+	}
+	return s, ok
+}
+
+func (p *Params) unused() []string {
+	var left []string
+	for _, name := range slices.Sorted(maps.Keys(p.values)) {
+		if !p.used[name] {
+			left = append(left, name)
+		}
+	}
+	return left
+}
+
+// ParseInts parses a comma-separated list of integers in [lo, hi]; what
+// names the list in errors. An empty string is an empty list.
+func ParseInts(what, s string, lo, hi int) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not an integer", what, f)
+		}
+		if v < lo || v > hi {
+			return nil, fmt.Errorf("%s: %d is outside [%d, %d]", what, v, lo, hi)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
