@@ -67,16 +67,16 @@ func Attention(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Opti
 // Forward writes exact attention of q, k, v into out and, when lse is not
 // nil, the log-sum-exp of every query row into lse.
 func (kn *Kernel) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
-	return kn.forward(ctx, s, q, k, v, o, dense{}, out, lse)
-}
-
-func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, pat Pattern, out, lse []float32) error {
 	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
 		return err
 	}
-	_, isDense := pat.(dense)
+	return kn.forward(ctx, s, q, denseKV{s, k, v}, o, dense{}, out, lse)
+}
+
+// forward runs the kernel on arguments its caller has checked.
+func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q []float32, kv KV, o attn.Options, pat Pattern, out, lse []float32) error {
 	p := plan{
-		s: s, o: o, q: q, k: k, v: v, out: out, lse: lse, pat: pat, dense: isDense,
+		s: s, o: o, q: q, kv: kv, out: out, lse: lse, pat: pat,
 		scale: o.ScaleFor(s.D),
 		bk:    kn.blockK,
 	}
@@ -121,9 +121,9 @@ func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q, k, v []float32, 
 type plan struct {
 	s                        attn.Shape
 	o                        attn.Options
-	q, k, v, out, lse        []float32
+	q, out, lse              []float32
+	kv                       KV
 	pat                      Pattern
-	dense                    bool // pat is dense{}: skip the per-key checks
 	scale                    float32
 	bk                       int
 	posPerTile, tilesPerHead int
@@ -159,8 +159,6 @@ func (p *plan) run(t *tile, n int) {
 	}
 	t.reset()
 
-	kBase := p.k[(b*s.HKV+kvh)*s.M*s.D:][:s.M*s.D]
-	vBase := p.v[(b*s.HKV+kvh)*s.M*s.D:][:s.M*s.D]
 	shift := s.M - s.N // absolute position of query 0
 	t.ranges = p.pat.KeyRanges(t.ranges[:0], shift+pos0, shift+pos0+npos, s.M)
 	for _, rg := range t.ranges {
@@ -171,7 +169,7 @@ func (p *plan) run(t *tile, n int) {
 			if !rg.Full {
 				perKey = p.pat
 			}
-			t.attend(kBase[j0*s.D:j1*s.D], vBase[j0*s.D:j1*s.D], j0, j1-j0, j1 > minEnd, perKey)
+			t.attend(p.kv, b, kvh, j0, j1-j0, j1 > minEnd, perKey)
 		}
 	}
 
@@ -227,11 +225,11 @@ func (t *tile) reset() {
 	}
 }
 
-// attend folds keys [j0, j0+nk) into every row of the tile. k and v hold
-// those nk key and value rows. When masked is set some row cannot see all
-// of them, and each row then uses only the keys before its end. A non-nil
-// pat masks further, key by key.
-func (t *tile) attend(k, v []float32, j0, nk int, masked bool, pat Pattern) {
+// attend folds keys [j0, j0+nk) of kv head kvh in batch row b into every
+// row of the tile. When masked is set some row cannot see all of them, and
+// each row then uses only the keys before its end. A non-nil pat masks
+// further, key by key.
+func (t *tile) attend(kv KV, b, kvh, j0, nk int, masked bool, pat Pattern) {
 	d, dp, bk := t.d, t.dp, t.bk
 	// Pack once for all rows: Kᵀ so that S = Q·Kᵀ is a plain matrix
 	// product with keys along the vector lanes, and V padded to whole
@@ -239,12 +237,8 @@ func (t *tile) attend(k, v []float32, j0, nk int, masked bool, pat Pattern) {
 	if nk < bk {
 		clear(t.kt)
 	}
-	for j := range nk {
-		for c, x := range k[j*d : (j+1)*d] {
-			t.kt[c*bk+j] = x
-		}
-		copy(t.vp[j*dp:], v[j*d:(j+1)*d])
-	}
+	kv.PackK(t.kt, bk, b, kvh, j0, nk)
+	kv.PackV(t.vp, dp, b, kvh, j0, nk)
 	simd.Gemm(t.rows, bk, d, t.q, d, t.kt, bk, t.s, bk, false)
 
 	for r := range t.rows {

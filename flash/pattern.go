@@ -36,10 +36,13 @@ type Pattern interface {
 // unmasked, and the rest are masked key by key. The cost is proportional
 // to the keys the pattern touches, not to N·M.
 func (kn *Kernel) ForwardPattern(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, pat Pattern, out, lse []float32) error {
+	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
+		return err
+	}
 	if pat == nil {
 		return fmt.Errorf("%w: nil pattern", attn.ErrInput)
 	}
-	return kn.forward(ctx, s, q, k, v, o, pat, out, lse)
+	return kn.forward(ctx, s, q, denseKV{s, k, v}, o, pat, out, lse)
 }
 
 // dense is the pattern of plain attention: one full range of all keys.
