@@ -1,10 +1,50 @@
 package simd
 
-// The kernels in use; the assembly files replace them at init where the
-// CPU allows.
+//go:generate go run -C _asm . -out ../simd_amd64.s -stubs ../stubs_amd64.go -pkg simd
+
+// implementation is one complete set of kernels.
+type implementation struct {
+	name    string
+	gemm    func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
+	expSum  func(x []float32, shift float32) float32
+	exp     func(dst, x []float32) // len(dst) >= len(x)
+	max     func(x []float32) float32
+	scale   func(x []float32, c float32)
+	dot     func(x, y []float32) float32    // len(y) >= len(x)
+	axpy    func(a float32, x, y []float32) // len(y) >= len(x)
+	readSum func(x []float32) float32
+	fmaPeak func(iters int) float32
+}
+
+var genericImpl = implementation{
+	name:    "generic",
+	gemm:    gemmGeneric,
+	expSum:  expSumGeneric,
+	exp:     expGeneric,
+	max:     maxGeneric,
+	scale:   scaleGeneric,
+	dot:     dotGeneric,
+	axpy:    axpyGeneric,
+	readSum: readSumGeneric,
+	fmaPeak: fmaPeakGeneric,
+}
+
+// implementations lists every set of kernels this CPU can run, the
+// generic one first and the preferred one last. The tests run them all.
+var implementations = append([]implementation{genericImpl}, asmImplementations()...)
+
+// active is the set of kernels in use.
+var active = implementations[len(implementations)-1]
+
+// The kernels in use, called by the exported functions.
 var (
-	gemm   = gemmGeneric
-	expSum = expSumGeneric
-	maxOf  = maxGeneric
-	scale  = scaleGeneric
+	gemm    = active.gemm
+	expSum  = active.expSum
+	exp     = active.exp
+	maxOf   = active.max
+	scale   = active.scale
+	dot     = active.dot
+	axpy    = active.axpy
+	readSum = active.readSum
+	fmaPeak = active.fmaPeak
 )

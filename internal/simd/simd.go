@@ -1,8 +1,3 @@
-// Package simd holds the vector kernels of the attention code: a small
-// matrix-multiply micro-kernel, a fused exp-and-sum, max, scale, dot and
-// axpy. Each has a plain Go version (this file); faster versions in
-// assembly are selected at start-up from the CPU's features, and the
-// purego build tag keeps the Go ones.
 package simd
 
 // Panel is the column width Gemm works in: n must be a multiple of it.
@@ -12,16 +7,86 @@ const Panel = 16
 // for an m×k matrix A with row stride lda, a k×n matrix B with row stride
 // ldb and an m×n matrix C with row stride ldc. n must be a multiple of
 // Panel; m and k may be anything, including 0.
+//
+// With accumulate false, C is only written, never read. Gemm panics if a
+// size is negative, n is not a multiple of Panel, a stride is shorter
+// than its row or a slice is too short for its matrix.
 func Gemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
+	checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+}
+
+func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic("simd: Gemm with a negative size")
+	}
+	if n%Panel != 0 {
+		panic("simd: Gemm with n not a multiple of Panel")
+	}
+	if m > 0 && n > 0 && (ldc < n || lc < (m-1)*ldc+n) {
+		panic("simd: Gemm with C too short or ldc < n")
+	}
+	if m > 0 && n > 0 && k > 0 && (lda < k || la < (m-1)*lda+k) {
+		panic("simd: Gemm with A too short or lda < k")
+	}
+	if m > 0 && n > 0 && k > 0 && (ldb < n || lb < (k-1)*ldb+n) {
+		panic("simd: Gemm with B too short or ldb < n")
+	}
 }
 
 // ExpSum sets x[i] = exp(x[i] - shift) and returns the sum of the new
 // values. Callers pass shift >= max(x), so every result is in [0, 1].
+// The results are those of Exp on x[i]-shift; the sum is added in
+// float32 lanes, in an unspecified order.
 func ExpSum(x []float32, shift float32) float32 { return expSum(x, shift) }
 
-// Max returns the largest element of x, or -Inf for an empty x.
+// Exp sets dst[i] = exp(x[i]) for every i. Results that would be
+// subnormal (x < -87.33654) are 0, results beyond the float32 range
+// (x > 88.72283) are +Inf, and NaN gives NaN; the others are within 4 ulp
+// (in practice 2) of the exact value. dst and x may be the same slice.
+// Exp panics if len(dst) != len(x).
+func Exp(dst, x []float32) {
+	if len(dst) != len(x) {
+		panic("simd: Exp with len(dst) != len(x)")
+	}
+	exp(dst, x)
+}
+
+// Max returns the largest element of x, -Inf for an empty x and NaN if x
+// holds a NaN.
 func Max(x []float32) float32 { return maxOf(x) }
 
 // Scale multiplies x by c in place.
 func Scale(x []float32, c float32) { scale(x, c) }
+
+// Dot returns the sum of x[i]·y[i], added in an unspecified order. It
+// panics if len(x) != len(y).
+func Dot(x, y []float32) float32 {
+	if len(x) != len(y) {
+		panic("simd: Dot with len(x) != len(y)")
+	}
+	return dot(x, y)
+}
+
+// Axpy sets y[i] += a·x[i]. It panics if len(x) != len(y).
+func Axpy(a float32, x, y []float32) {
+	if len(x) != len(y) {
+		panic("simd: Axpy with len(x) != len(y)")
+	}
+	axpy(a, x, y)
+}
+
+// PeakFlopsPerIter is the number of floating-point operations FMAPeak
+// does per iteration: 12 independent FMAs on 8 float32 lanes.
+const PeakFlopsPerIter = 12 * 8 * 2
+
+// FMAPeak runs iters iterations of 12 independent chains of 8-lane
+// fused multiply-adds (PeakFlopsPerIter flops each) and returns a value
+// computed from them, so that nothing can be skipped. It measures the
+// floating-point peak of one core: with the assembly kernels, the FMA
+// pipes of the CPU; with the Go ones, scalar multiply-adds.
+func FMAPeak(iters int) float32 { return fmaPeak(iters) }
+
+// Implementation names the kernels in use: "avx2" (assembly with AVX2
+// and FMA) or "generic" (plain Go).
+func Implementation() string { return active.name }

@@ -1,0 +1,124 @@
+// Command _asm generates the AVX2+FMA assembly of package simd with avo.
+//
+// Run it through go generate in the parent directory:
+//
+//	go run -C _asm . -out ../simd_amd64.s -stubs ../stubs_amd64.go -pkg simd
+//
+// The output depends only on this program, so running it again
+// reproduces simd_amd64.s and stubs_amd64.go byte for byte.
+package main
+
+import (
+	"math"
+	"os"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+func main() {
+	// avo type-checks the signatures for the target platform, whatever the
+	// host is (https://github.com/mmcloughlin/avo/issues/450).
+	os.Setenv("GOOS", "linux")
+	os.Setenv("GOARCH", "amd64")
+
+	ConstraintExpr("amd64,!purego")
+
+	declareConsts()
+	gemm()
+	expSum()
+	exp()
+	maxKernel()
+	scaleKernel()
+	dot()
+	axpy()
+	readSum()
+	fmaPeak()
+
+	Generate()
+}
+
+// Vector constants: 8 copies of a float32, 32 bytes each, so that they
+// can be the memory operand of a ymm instruction.
+var (
+	negInf Mem // -Inf
+	posInf Mem // +Inf
+	one    Mem // 1
+	nanBit Mem // a quiet NaN
+
+	// tailMask holds 8 all-ones words followed by 8 zero words: the 8
+	// words starting at word 8-r have ones in their first r lanes.
+	tailMask Mem
+)
+
+func vecConst(name string, f float32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := 0; i < 8; i++ {
+		DATA(4*i, U32(math.Float32bits(f)))
+	}
+	return m
+}
+
+func declareConsts() {
+	negInf = vecConst("negInf", float32(math.Inf(-1)))
+	posInf = vecConst("posInf", float32(math.Inf(1)))
+	one = vecConst("one", 1)
+	nanBit = vecConst("nan", math.Float32frombits(0x7fc00000))
+	tailMask = GLOBL("tailMask", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		v := uint32(0)
+		if i < 8 {
+			v = 0xffffffff
+		}
+		DATA(4*i, U32(v))
+	}
+	declareExpConsts()
+}
+
+// loadTailMask returns a ymm mask with ones in its first rem lanes, for
+// rem in 1..7. rem is not changed.
+func loadTailMask(rem Register) VecVirtual {
+	tab := GP64()
+	LEAQ(tailMask, tab)
+	neg := GP64()
+	MOVQ(rem, neg)
+	NEGQ(neg)
+	mask := YMM()
+	VMOVDQU(Mem{Base: tab, Index: neg, Scale: 4, Disp: 32}, mask)
+	return mask
+}
+
+// reduceAdd sums the 8 lanes of y into the low lane of its xmm half.
+func reduceAdd(y VecVirtual) VecVirtual {
+	x := y.AsX()
+	hi := XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VADDPS(hi, x, x)
+	VMOVHLPS(x, x, hi)
+	VADDPS(hi, x, x)
+	VMOVSHDUP(x, hi)
+	VADDSS(hi, x, x)
+	return x.(VecVirtual)
+}
+
+// reduceMax leaves the largest of the 8 lanes of y in its low lane.
+func reduceMax(y VecVirtual) VecVirtual {
+	x := y.AsX()
+	hi := XMM()
+	VEXTRACTF128(U8(1), y, hi)
+	VMAXPS(hi, x, x)
+	VMOVHLPS(x, x, hi)
+	VMAXPS(hi, x, x)
+	VMOVSHDUP(x, hi)
+	VMAXSS(hi, x, x)
+	return x.(VecVirtual)
+}
+
+func newYMMs(n int) []VecVirtual {
+	v := make([]VecVirtual, n)
+	for i := range v {
+		v[i] = YMM()
+	}
+	return v
+}

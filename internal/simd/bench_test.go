@@ -1,0 +1,212 @@
+package simd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// peakOnce is the single-core FMA peak of the kernels in use in GFLOP/s,
+// measured once per test binary so that the Gemm benchmarks of a run
+// report their share (%peak) of a peak measured in that same run. It is
+// the best of many short bursts, the rate of a core the process has to
+// itself: on a busy machine the benchmarks' averages fall below it
+// while the peak does not.
+var peakOnce = sync.OnceValue(func() float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const iters = 1 << 12
+	best := time.Duration(math.MaxInt64)
+	for range 400 {
+		start := time.Now()
+		FMAPeak(iters)
+		best = min(best, time.Since(start))
+	}
+	return iters * PeakFlopsPerIter / best.Seconds() / 1e9
+})
+
+// bestSeconds is the time of one call to call in the fastest of 300
+// bursts of calls, each burst about 40 µs long: like peakOnce, the speed
+// of a core the process has to itself, which the averages of a busy
+// machine miss. The benchmarks report it next to the average.
+func bestSeconds(call func()) float64 {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := time.Now()
+	call()
+	group := max(1, int(40*time.Microsecond/max(time.Since(start), time.Nanosecond)))
+	best := time.Duration(math.MaxInt64)
+	for range 300 {
+		start := time.Now()
+		for range group {
+			call()
+		}
+		best = min(best, time.Since(start))
+	}
+	return best.Seconds() / float64(group)
+}
+
+func forEachImplB(b *testing.B, f func(b *testing.B, impl implementation)) {
+	for _, impl := range implementations {
+		b.Run(impl.name, func(b *testing.B) { f(b, impl) })
+	}
+}
+
+func BenchmarkFMAPeak(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		const iters = 1 << 12
+		call := func() { impl.fmaPeak(iters) }
+		for b.Loop() {
+			call()
+		}
+		b.ReportMetric(float64(b.N)*iters*PeakFlopsPerIter/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		b.ReportMetric(iters*PeakFlopsPerIter/bestSeconds(call)/1e9, "best-GFLOP/s")
+	})
+}
+
+func BenchmarkGemm(b *testing.B) {
+	sizes := [][3]int{
+		{64, 64, 64}, {64, 64, 128}, {64, 128, 64}, {64, 128, 128},
+		{65, 64, 64}, {6, 16, 64}, {16, 64, 64}, {128, 128, 128}, {256, 256, 256},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, s := range sizes {
+			m, n, k := s[0], s[1], s[2]
+			b.Run(fmt.Sprintf("m%dn%dk%d", m, n, k), func(b *testing.B) {
+				a := randSlice(r, m*k, -1, 1)
+				bb := randSlice(r, k*n, -1, 1)
+				c := make([]float32, m*n)
+				call := func() { impl.gemm(m, n, k, a, k, bb, n, c, n, true) }
+				for b.Loop() {
+					call()
+				}
+				flops := 2 * float64(m*n*k)
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				if impl.name == active.name {
+					best := flops / bestSeconds(call) / 1e9
+					b.ReportMetric(best, "best-GFLOP/s")
+					b.ReportMetric(100*best/peakOnce(), "%peak")
+				}
+			})
+		}
+	})
+}
+
+var benchLengths = []int{15, 64, 256, 1024, 4096}
+
+func BenchmarkExpSum(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range benchLengths {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				x := randSlice(rand.New(rand.NewPCG(3, 4)), n, -20, 0)
+				y := make([]float32, n)
+				call := func() {
+					copy(y, x) // keep the inputs in range; a copy costs little
+					impl.expSum(y, 0)
+				}
+				for b.Loop() {
+					call()
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/float64(n), "ns/elem")
+				b.ReportMetric(bestSeconds(call)*1e9/float64(n), "best-ns/elem")
+			})
+		}
+	})
+}
+
+func BenchmarkExp(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range benchLengths {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				x := randSlice(rand.New(rand.NewPCG(3, 4)), n, -20, 20)
+				y := make([]float32, n)
+				call := func() { impl.exp(y, x) }
+				for b.Loop() {
+					call()
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/float64(n), "ns/elem")
+				b.ReportMetric(bestSeconds(call)*1e9/float64(n), "best-ns/elem")
+			})
+		}
+	})
+}
+
+func BenchmarkMax(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range benchLengths {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				x := randSlice(rand.New(rand.NewPCG(5, 6)), n, -1, 1)
+				b.SetBytes(int64(4 * n))
+				for b.Loop() {
+					impl.max(x)
+				}
+			})
+		}
+	})
+}
+
+func BenchmarkScale(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range benchLengths {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				x := randSlice(rand.New(rand.NewPCG(7, 8)), n, -1, 1)
+				b.SetBytes(int64(4 * n))
+				for b.Loop() {
+					impl.scale(x, 1)
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkDot reports the bytes of x and y read per second.
+func BenchmarkDot(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range append(benchLengths, 64<<10, 4<<20) {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(9, 10))
+				x, y := randSlice(r, n, -1, 1), randSlice(r, n, -1, 1)
+				b.SetBytes(int64(8 * n))
+				call := func() { impl.dot(x, y) }
+				for b.Loop() {
+					call()
+				}
+				b.ReportMetric(float64(8*n)/bestSeconds(call)/1e9, "best-GB/s")
+			})
+		}
+	})
+}
+
+func BenchmarkAxpy(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, n := range benchLengths {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(11, 12))
+				x, y := randSlice(r, n, -1, 1), randSlice(r, n, -1, 1)
+				b.SetBytes(int64(12 * n))
+				for b.Loop() {
+					impl.axpy(1e-3, x, y)
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkReadGBps reports MeasureReadGBps for one worker and buffers
+// from L1 to DRAM sizes.
+func BenchmarkReadGBps(b *testing.B) {
+	for _, size := range []int{16 << 10, 256 << 10, 4 << 20, 256 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			var g float64
+			for b.Loop() {
+				g = MeasureReadGBps(size, 1)
+			}
+			b.ReportMetric(g, "GB/s")
+		})
+	}
+}

@@ -1,0 +1,606 @@
+package simd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The tests run every implementation this CPU supports (see
+// implementations) and compare each with a float64 computation.
+
+// guard is the value around every slice a kernel gets: a NaN with a
+// payload of its own, so that a kernel that reads it poisons its result
+// and one that writes it changes its bits.
+var guard = math.Float32frombits(0x7fa5a5a5)
+
+const guardLen = 19
+
+// guarded is a slice v with guardLen guard values on either side in the
+// same array, as gonum's kernel tests do.
+type guarded struct {
+	all []float32
+	v   []float32
+}
+
+func newGuarded(n int) guarded {
+	all := make([]float32, n+2*guardLen)
+	for i := range all {
+		all[i] = guard
+	}
+	return guarded{all: all, v: all[guardLen : guardLen+n]}
+}
+
+func guardedCopy(x []float32) guarded {
+	g := newGuarded(len(x))
+	copy(g.v, x)
+	return g
+}
+
+// check reports any guard value that changed.
+func (g guarded) check(t *testing.T, name string) {
+	t.Helper()
+	n := len(g.v)
+	for i, v := range g.all {
+		if (i < guardLen || i >= guardLen+n) && math.Float32bits(v) != math.Float32bits(guard) {
+			t.Errorf("%s: guard at offset %d written: %v", name, i-guardLen, v)
+		}
+	}
+}
+
+// testLengths holds 0, 1, every remainder of 8 and 16, and longer slices
+// that go through the unrolled loops.
+var testLengths = []int{
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+	23, 24, 25, 31, 32, 33, 39, 47, 48, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257, 1000, 1023,
+}
+
+func randSlice(r *rand.Rand, n int, lo, hi float32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = lo + (hi-lo)*r.Float32()
+	}
+	return x
+}
+
+func forEachImpl(t *testing.T, f func(t *testing.T, impl implementation)) {
+	for _, impl := range implementations {
+		t.Run(impl.name, func(t *testing.T) { f(t, impl) })
+	}
+}
+
+func TestImplementations(t *testing.T) {
+	names := make([]string, len(implementations))
+	for i, impl := range implementations {
+		names[i] = impl.name
+	}
+	t.Logf("implementations: %v; in use: %s", names, Implementation())
+	if implementations[0].name != "generic" || active.name != implementations[len(implementations)-1].name {
+		t.Errorf("implementations %v, active %s", names, active.name)
+	}
+}
+
+// ulps is the distance between two finite float32 of the same sign in
+// units in the last place.
+func ulps(a, b float32) int64 {
+	d := int64(int32(math.Float32bits(a))) - int64(int32(math.Float32bits(b)))
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+var minNormal = math.Ldexp(1, -126)
+
+// checkExp reports whether got is an acceptable exp(x): NaN for NaN, 0
+// where the exact result is below the least normal float32, +Inf above
+// MaxFloat32, and within maxUlps of the exact result elsewhere. It
+// returns the error in ulps of a normal result.
+func checkExp(x, got float32, maxUlps int64) (int64, error) {
+	if x != x {
+		if got == got {
+			return 0, fmt.Errorf("exp(NaN) = %v", got)
+		}
+		return 0, nil
+	}
+	want := math.Exp(float64(x))
+	switch {
+	case want < minNormal:
+		if math.Float32bits(got) != 0 {
+			return 0, fmt.Errorf("exp(%v) = %v (bits %#x), want 0", x, got, math.Float32bits(got))
+		}
+		return 0, nil
+	case want > math.MaxFloat32:
+		if !math.IsInf(float64(got), 1) {
+			return 0, fmt.Errorf("exp(%v) = %v, want +Inf", x, got)
+		}
+		return 0, nil
+	}
+	u := ulps(got, float32(want))
+	if got != got || u > maxUlps {
+		return u, fmt.Errorf("exp(%v) = %v, want %v (%d ulp)", x, got, float32(want), u)
+	}
+	return u, nil
+}
+
+// expSpecials are the inputs around the edges of exp's range.
+func expSpecials() []float32 {
+	x := []float32{
+		float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()),
+		0, float32(math.Copysign(0, -1)),
+		math.Float32frombits(1), math.Float32frombits(0x80000001), // ±least subnormal
+		math.Float32frombits(0x007fffff), math.Float32frombits(0x807fffff), // ±largest subnormal
+		math.Float32frombits(0x00800000), math.Float32frombits(0x80800000), // ±least normal
+		math.MaxFloat32, -math.MaxFloat32,
+		88.72, 88.72283, 88.72284, 88.73, 89, 100,
+		-87.3, -87.33654, -87.33655, -88, -100, -103.97, -103.98, -104, -105, -1000,
+		1, -1, 0.5, -0.5, 0.34657359, -0.34657359, 1e-7, -1e-7, 1e-30, -1e-30,
+	}
+	// Every float32 in a few bands: the underflow edge and the band where
+	// the exact result is subnormal, the overflow edge.
+	for _, band := range [][2]float32{{-87.34, -87.33}, {-104, -103.9}, {88.72, 88.7229}} {
+		for v := band[0]; v <= band[1]; v = math.Nextafter32(v, float32(math.Inf(1))) {
+			x = append(x, v)
+		}
+	}
+	// The smallest magnitudes and those around 2^-24, where exp(x)
+	// rounds to 1 or to its neighbours.
+	for b := uint32(0); b < 1000; b++ {
+		x = append(x, math.Float32frombits(b), math.Float32frombits(b|0x80000000))
+		x = append(x, math.Float32frombits(0x33800000-500+b), -math.Float32frombits(0x33800000-500+b))
+	}
+	for v := float32(-104); v < -87; v += 0.01 {
+		x = append(x, v)
+	}
+	return x
+}
+
+// expSweep steps through the float32 bit patterns by a prime, so every
+// exponent and sign is visited with varied mantissas.
+func expSweep() []float32 {
+	const step = 4099
+	x := make([]float32, 0, (1<<32)/step+1)
+	for b := uint64(0); b < 1<<32; b += step {
+		x = append(x, math.Float32frombits(uint32(b)))
+	}
+	return x
+}
+
+func TestExp(t *testing.T) {
+	inputs := append(expSpecials(), expSweep()...)
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		out := newGuarded(len(inputs))
+		in := guardedCopy(inputs)
+		impl.exp(out.v, in.v)
+		out.check(t, "dst")
+		in.check(t, "x")
+		var worst int64
+		errs := 0
+		for i, x := range inputs {
+			if math.Float32bits(in.v[i]) != math.Float32bits(x) {
+				t.Fatalf("x[%d] changed", i)
+			}
+			u, err := checkExp(x, out.v[i], 4)
+			if err != nil {
+				if errs++; errs <= 10 {
+					t.Error(err)
+				}
+			}
+			worst = max(worst, u)
+		}
+		t.Logf("%d inputs, worst error %d ulp", len(inputs), worst)
+		for _, c := range []struct{ x, want float32 }{
+			{0, 1}, {float32(math.Copysign(0, -1)), 1},
+			{float32(math.Inf(-1)), 0}, {-1000, 0},
+			{float32(math.Inf(1)), float32(math.Inf(1))}, {88.73, float32(math.Inf(1))},
+		} {
+			d := []float32{-1}
+			impl.exp(d, []float32{c.x})
+			if math.Float32bits(d[0]) != math.Float32bits(c.want) {
+				t.Errorf("exp(%v) = %v, want exactly %v", c.x, d[0], c.want)
+			}
+		}
+	})
+}
+
+// TestExpTail checks that the masked tail gives the same results as
+// full vectors: each element alone equals the same element in a long
+// call, bit for bit, and the same holds for ExpSum.
+func TestExpTail(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := append(randSlice(r, 200, -110, 90), expSpecials()[:40]...)
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		all := make([]float32, len(x))
+		impl.exp(all, x)
+		sums := append([]float32(nil), x...)
+		impl.expSum(sums, 1.5)
+		for i := range x {
+			one := []float32{0}
+			impl.exp(one, x[i:i+1])
+			if math.Float32bits(one[0]) != math.Float32bits(all[i]) {
+				t.Errorf("exp(%v): %v alone, %v in a vector", x[i], one[0], all[i])
+			}
+			s := []float32{x[i]}
+			impl.expSum(s, 1.5)
+			if math.Float32bits(s[0]) != math.Float32bits(sums[i]) {
+				t.Errorf("ExpSum(%v, 1.5): %v alone, %v in a vector", x[i], s[0], sums[i])
+			}
+		}
+	})
+}
+
+func TestExpInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			x := randSlice(r, n, -20, 20)
+			want := make([]float32, n)
+			impl.exp(want, x)
+			g := guardedCopy(x)
+			impl.exp(g.v, g.v)
+			g.check(t, fmt.Sprintf("n=%d", n))
+			for i := range want {
+				if math.Float32bits(g.v[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d: in place exp differs at %d", n, i)
+				}
+			}
+		}
+	})
+}
+
+func TestExpSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			for _, lo := range []float32{-5, -30, -120} {
+				x := randSlice(r, n, lo, 0)
+				shift := 2 * r.Float32()
+				if n > 0 {
+					shift += Max(x)
+				}
+				g := guardedCopy(x)
+				got := impl.expSum(g.v, shift)
+				g.check(t, fmt.Sprintf("n=%d", n))
+				var want, abs float64
+				for i, v := range x {
+					d := v - shift // the kernel's float32 difference
+					if _, err := checkExp(d, g.v[i], 4); err != nil {
+						t.Fatalf("n=%d, x[%d]=%v, shift %v: %v", n, i, v, shift, err)
+					}
+					e := math.Exp(float64(d))
+					if e < minNormal {
+						e = 0
+					}
+					want += e
+					abs += e
+				}
+				tol := (float64(n)*0x1p-24+6e-7)*abs + 1e-30
+				if math.Abs(float64(got)-want) > tol {
+					t.Errorf("n=%d lo=%v: sum %v, want %v (tol %g)", n, lo, got, want, tol)
+				}
+			}
+		}
+		// A shift below the values: results above 1, up to +Inf, never NaN.
+		x := []float32{0, 10, 50, 80, 100, float32(math.Inf(1)), -200}
+		s := impl.expSum(x, -10)
+		for i, v := range x {
+			if v != v {
+				t.Errorf("ExpSum with a low shift gave NaN at %d", i)
+			}
+		}
+		if !math.IsInf(float64(s), 1) {
+			t.Errorf("sum %v, want +Inf", s)
+		}
+	})
+}
+
+func TestMax(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	nan := float32(math.NaN())
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		if m := impl.max(nil); !math.IsInf(float64(m), -1) {
+			t.Errorf("max(nil) = %v, want -Inf", m)
+		}
+		for _, n := range testLengths {
+			x := randSlice(r, n, -100, -1)
+			for pos := 0; pos < n; pos += max(1, n/37) {
+				y := append([]float32(nil), x...)
+				y[pos] = 7
+				g := guardedCopy(y)
+				if m := impl.max(g.v); m != 7 {
+					t.Errorf("n=%d, max at %d: got %v, want 7", n, pos, m)
+				}
+				g.check(t, "x")
+				y[pos] = nan
+				if m := impl.max(y); m == m {
+					t.Errorf("n=%d, NaN at %d: got %v, want NaN", n, pos, m)
+				}
+			}
+			if n > 0 {
+				for i := range x {
+					x[i] = float32(math.Inf(-1))
+				}
+				if m := impl.max(x); !math.IsInf(float64(m), -1) {
+					t.Errorf("n=%d, all -Inf: got %v", n, m)
+				}
+			}
+		}
+	})
+}
+
+func TestScale(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			x := randSlice(r, n, -10, 10)
+			c := 3 * r.Float32()
+			g := guardedCopy(x)
+			impl.scale(g.v, c)
+			g.check(t, fmt.Sprintf("n=%d", n))
+			for i := range x {
+				if g.v[i] != x[i]*c {
+					t.Fatalf("n=%d: x[%d]·%v = %v, want %v", n, i, c, g.v[i], x[i]*c)
+				}
+			}
+		}
+	})
+}
+
+func TestDot(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			x, y := randSlice(r, n, -1, 1), randSlice(r, n, -1, 1)
+			gx, gy := guardedCopy(x), guardedCopy(y)
+			got := impl.dot(gx.v, gy.v)
+			gx.check(t, "x")
+			gy.check(t, "y")
+			var want, abs float64
+			for i := range x {
+				p := float64(x[i]) * float64(y[i])
+				want += p
+				abs += math.Abs(p)
+			}
+			if tol := float64(n+1) * 0x1p-24 * abs; math.Abs(float64(got)-want) > tol {
+				t.Errorf("n=%d: dot %v, want %v", n, got, want)
+			}
+		}
+	})
+}
+
+func TestAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			x, y := randSlice(r, n, -1, 1), randSlice(r, n, -1, 1)
+			a := 2*r.Float32() - 1
+			gx, gy := guardedCopy(x), guardedCopy(y)
+			impl.axpy(a, gx.v, gy.v)
+			gx.check(t, "x")
+			gy.check(t, "y")
+			for i := range x {
+				want := float64(y[i]) + float64(a)*float64(x[i])
+				if math.Abs(float64(gy.v[i])-want) > 0x1p-23*(math.Abs(want)+math.Abs(float64(a*x[i]))) {
+					t.Fatalf("n=%d: y[%d] = %v, want %v", n, i, gy.v[i], want)
+				}
+			}
+		}
+	})
+}
+
+func TestReadSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range append(testLengths, 4096+64+8+3) {
+			x := randSlice(r, n, 0, 1)
+			g := guardedCopy(x)
+			got := impl.readSum(g.v)
+			var want float64
+			for _, v := range x {
+				want += float64(v)
+			}
+			if math.Abs(float64(got)-want) > float64(n+1)*0x1p-24*want {
+				t.Errorf("n=%d: sum %v, want %v", n, got, want)
+			}
+		}
+	})
+}
+
+func TestFMAPeak(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, iters := range []int{0, 1, 1000} {
+			if v := impl.fmaPeak(iters); v != v || math.IsInf(float64(v), 0) || v <= 0 {
+				t.Errorf("fmaPeak(%d) = %v", iters, v)
+			}
+		}
+	})
+	if g := MeasurePeakGFlops(1, 20*time.Millisecond); !(g > 0) {
+		t.Errorf("MeasurePeakGFlops = %v", g)
+	}
+	if g := MeasureReadGBps(1<<16, 2); !(g > 0) {
+		t.Errorf("MeasureReadGBps = %v", g)
+	}
+}
+
+// gemmCase is one Gemm problem with guarded operands: A and B have NaN
+// in the padding of each row (lda > k, ldb > n) and around them, C has
+// guard values in its padding and around it, and with accumulate false
+// its elements start as NaN too, so reading any of them shows.
+type gemmCase struct {
+	m, n, k, lda, ldb, ldc int
+	a, b, c                guarded
+	c0                     []float32 // C before the call
+}
+
+func newGemmCase(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool) *gemmCase {
+	g := &gemmCase{m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc}
+	size := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	g.a = newGuarded(size(m, k, lda))
+	g.b = newGuarded(size(k, n, ldb))
+	g.c = newGuarded(size(m, n, ldc))
+	for i := range m {
+		for p := range k {
+			g.a.v[i*lda+p] = 2*r.Float32() - 1
+		}
+	}
+	for p := range k {
+		for j := range n {
+			g.b.v[p*ldb+j] = 2*r.Float32() - 1
+		}
+	}
+	for i := range m {
+		for j := range n {
+			v := guard
+			if accumulate {
+				v = 2*r.Float32() - 1
+			}
+			g.c.v[i*ldc+j] = v
+		}
+	}
+	g.c0 = append([]float32(nil), g.c.v...)
+	return g
+}
+
+func (g *gemmCase) check(t *testing.T, accumulate bool) {
+	t.Helper()
+	g.a.check(t, "A")
+	g.b.check(t, "B")
+	g.c.check(t, "C")
+	for i := range g.m {
+		for j := range g.ldc {
+			if i == g.m-1 && j >= g.n {
+				break
+			}
+			got := g.c.v[i*g.ldc+j]
+			if j >= g.n {
+				if math.Float32bits(got) != math.Float32bits(guard) {
+					t.Fatalf("C padding [%d][%d] written: %v", i, j, got)
+				}
+				continue
+			}
+			var want, abs float64
+			if accumulate {
+				want = float64(g.c0[i*g.ldc+j])
+				abs = math.Abs(want)
+			}
+			for p := range g.k {
+				v := float64(g.a.v[i*g.lda+p]) * float64(g.b.v[p*g.ldb+j])
+				want += v
+				abs += math.Abs(v)
+			}
+			if tol := float64(g.k+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
+				t.Fatalf("C[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
+			}
+		}
+	}
+}
+
+func TestGemm(t *testing.T) {
+	ms := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 64, 65}
+	ns := []int{16, 32, 48, 64, 80, 128}
+	ks := []int{0, 1, 2, 3, 7, 8, 9, 64, 65, 128}
+	r := rand.New(rand.NewPCG(17, 18))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, m := range ms {
+			for _, n := range ns {
+				for _, k := range ks {
+					for _, accumulate := range []bool{false, true} {
+						// Tight strides, then odd padded ones.
+						for _, pad := range [][3]int{{0, 0, 0}, {3, 5, 7}} {
+							g := newGemmCase(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate)
+							name := fmt.Sprintf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d acc=%v", m, n, k, g.lda, g.ldb, g.ldc, accumulate)
+							checkGemm(m, n, k, len(g.a.v), g.lda, len(g.b.v), g.ldb, len(g.c.v), g.ldc)
+							impl.gemm(m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate)
+							t.Run(name, func(t *testing.T) { g.check(t, accumulate) })
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestArgumentChecks(t *testing.T) {
+	s := make([]float32, 100)
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"Gemm n%16", func() { Gemm(1, 8, 1, s, 1, s, 8, s, 8, false) }},
+		{"Gemm negative", func() { Gemm(-1, 16, 1, s, 1, s, 16, s, 16, false) }},
+		{"Gemm short C", func() { Gemm(2, 16, 1, s, 1, s, 16, s[:30], 16, false) }},
+		{"Gemm ldc", func() { Gemm(2, 16, 1, s, 1, s, 16, s, 8, false) }},
+		{"Gemm short A", func() { Gemm(2, 16, 4, s[:7], 4, s, 16, s, 16, false) }},
+		{"Gemm lda", func() { Gemm(2, 16, 4, s, 3, s, 16, s, 16, false) }},
+		{"Gemm short B", func() { Gemm(2, 16, 4, s, 4, s[:63], 16, s, 16, false) }},
+		{"Exp", func() { Exp(s[:3], s[:4]) }},
+		{"Dot", func() { Dot(s[:3], s[:4]) }},
+		{"Axpy", func() { Axpy(1, s[:4], s[:3]) }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", c.name)
+				}
+			}()
+			c.f()
+		}()
+	}
+	// Empty problems need no memory at all.
+	Gemm(0, 16, 5, nil, 0, nil, 0, nil, 0, false)
+	Gemm(3, 0, 5, nil, 0, nil, 0, nil, 0, true)
+	c := make([]float32, 2*16)
+	for i := range c {
+		c[i] = guard
+	}
+	Gemm(2, 16, 0, nil, 0, nil, 0, c, 16, false)
+	for _, v := range c {
+		if v != 0 {
+			t.Fatalf("Gemm with k=0 left %v in C, want 0", v)
+		}
+	}
+}
+
+// TestExported runs the exported functions once each, on the
+// implementation in use.
+func TestExported(t *testing.T) {
+	a := []float32{1, 2, 3}
+	if d := Dot(a, a); d != 14 {
+		t.Errorf("Dot = %v", d)
+	}
+	y := []float32{1, 1, 1}
+	Axpy(2, a, y)
+	if y[2] != 7 {
+		t.Errorf("Axpy: %v", y)
+	}
+	Scale(y, 0.5)
+	if y[2] != 3.5 || Max(y) != 3.5 {
+		t.Errorf("Scale/Max: %v", y)
+	}
+	e := []float32{0, 0}
+	Exp(e, []float32{0, 1})
+	if e[0] != 1 || math.Abs(float64(e[1])-math.E) > 1e-6 {
+		t.Errorf("Exp: %v", e)
+	}
+	x := []float32{0, 0}
+	if s := ExpSum(x, 0); s != 2 {
+		t.Errorf("ExpSum: %v", s)
+	}
+	b := make([]float32, 16)
+	b[3] = 2
+	c := make([]float32, 16)
+	Gemm(1, 16, 1, []float32{3}, 1, b, 16, c, 16, false)
+	if c[3] != 6 || c[4] != 0 {
+		t.Errorf("Gemm: %v", c)
+	}
+	if v := FMAPeak(10); v <= 0 {
+		t.Errorf("FMAPeak: %v", v)
+	}
+}

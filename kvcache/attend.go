@@ -1,0 +1,399 @@
+package kvcache
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// Step attends nq new queries to everything the cache holds and to their
+// own keys, then appends those keys and values. q is [B][H][nq][D]; k and v
+// are [B][Hkv][nq][D]; out is [B][H][nq][D] and lse, if not nil, [B][H][nq].
+// The queries sit at positions Len() … Len()+nq-1 and see keys by the
+// causal rule (and the window, if any), whatever o.Causal says. o.KVLen is
+// not supported: every batch row of a cache has the same length.
+func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o attn.Options, out, lse []float32) error {
+	s, err := c.shape(h, nq, nq)
+	if err != nil {
+		return err
+	}
+	if err := attn.Check(s, q, k, v, out, lse, c.options(o)); err != nil {
+		return err
+	}
+	if o.KVLen != nil {
+		return fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
+	}
+	o = c.options(o)
+	if lse == nil {
+		lse = make([]float32, s.LSELen())
+	}
+	// The chunk's own part: causal over the new keys (and the window).
+	kn := flash.New(flash.Config{})
+	selfOpts := o
+	selfOpts.Causal = true
+	var pat flash.Pattern
+	if c.cfg.Window > 0 {
+		pat = chunkWindow{c.n, c.cfg.Window, c.cfg.Sinks}
+	} else {
+		pat = allKeys{}
+	}
+	if err := kn.ForwardPattern(ctx, s, q, k, v, selfOpts, pat, out, lse); err != nil {
+		return err
+	}
+	// The cached part, merged in by log-sum-exp.
+	if c.Held() > 0 {
+		cOut := make([]float32, len(out))
+		cLSE := make([]float32, len(lse))
+		if err := c.attendCached(ctx, h, q, nq, o, cOut, cLSE); err != nil {
+			return err
+		}
+		if err := attn.Merge(out, lse, cOut, cLSE, c.cfg.D); err != nil {
+			return err
+		}
+	}
+	return c.Append(k, v, nq)
+}
+
+// Attend computes attention for queries of the newest positions, already
+// appended: q is [B][H][1][D] for position Len()-1, which sees every held
+// key allowed by the window. It is the decode step when keys and values are
+// appended separately, and what the decode benchmark times.
+func (c *Cache) Attend(ctx context.Context, h int, q []float32, o attn.Options, out, lse []float32) error {
+	if c.n == 0 {
+		return fmt.Errorf("%w: Attend on an empty cache", attn.ErrInput)
+	}
+	s, err := c.shape(h, 1, c.Held())
+	if err != nil {
+		return err
+	}
+	if len(q) != s.QLen() || len(out) != s.QLen() || (lse != nil && len(lse) != s.LSELen()) {
+		return fmt.Errorf("%w: Attend wants len(q) = len(out) = B·H·D = %d and len(lse) = B·H = %d, got %d, %d, %d",
+			attn.ErrShape, s.QLen(), s.LSELen(), len(q), len(out), len(lse))
+	}
+	if o.KVLen != nil {
+		return fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
+	}
+	o = c.options(o)
+	if err := o.Check(s); err != nil {
+		return err
+	}
+	if lse == nil {
+		lse = make([]float32, s.LSELen())
+	}
+	// The query is the newest position: it sees every held key but those
+	// that left its window, and the decode kernel checks each row.
+	return c.decode(ctx, s, q, c.n-1, true, o, out, lse)
+}
+
+// shape is the attention shape of nq queries from h heads against m keys.
+func (c *Cache) shape(h, nq, m int) (attn.Shape, error) {
+	s := attn.Shape{B: c.cfg.B, H: h, HKV: c.cfg.HKV, N: nq, M: max(m, 1), D: c.cfg.D}
+	return s, s.Validate()
+}
+
+// options fills in the defaults the cache's kernels rely on.
+func (c *Cache) options(o attn.Options) attn.Options {
+	o.Scale = o.ScaleFor(c.cfg.D)
+	o.Causal = false
+	return o
+}
+
+// attendCached attends the nq new queries (positions Len()…) to the held
+// keys only, all of which are in their past.
+func (c *Cache) attendCached(ctx context.Context, h int, q []float32, nq int, o attn.Options, out, lse []float32) error {
+	s, err := c.shape(h, nq, c.Held())
+	if err != nil {
+		return err
+	}
+	if nq == 1 {
+		return c.decode(ctx, s, q, c.n, false, o, out, lse)
+	}
+	var pat flash.Pattern
+	if c.cfg.Window > 0 {
+		pat = cachedWindow{c, s.N}
+	}
+	return flash.New(flash.Config{}).ForwardKV(ctx, s, q, cacheKV{c}, o, pat, out, lse)
+}
+
+// visible reports whether the query at position p sees the key at
+// position j (j <= p is the caller's business).
+func (c *Cache) visible(p, j int) bool {
+	return c.cfg.Window == 0 || j < c.cfg.Sinks || j > p-c.cfg.Window
+}
+
+// decodeBlock is the number of cached rows a decode worker scores at once.
+const decodeBlock = 64
+
+// decode attends one query per head, at position p, to the held rows, in
+// parallel over (batch, kv head, span of rows). inclusive says whether the
+// key at position p itself is held (Attend) or not (Step).
+func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, inclusive bool, o attn.Options, out, lse []float32) error {
+	held := c.Held()
+	g := s.Group()
+	procs := runtime.GOMAXPROCS(0)
+	workers := o.WorkerCount(procs, s.B*s.HKV*held)
+	// Spans of rows: enough for every worker to stay busy, few enough
+	// that merging partial results costs nothing next to the reads.
+	spans := max(1, min((4*workers+s.B*s.HKV-1)/(s.B*s.HKV), held/(4*decodeBlock)))
+	spanLen := (held + spans - 1) / spans
+	spanLen = (spanLen + decodeBlock - 1) / decodeBlock * decodeBlock
+	spans = (held + spanLen - 1) / spanLen
+	items := s.B * s.HKV * spans
+	workers = min(workers, items)
+
+	partOut := make([]float32, items*g*s.D)
+	partLSE := make([]float32, items*g)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := newDecodeScratch(g, c.stride)
+			for {
+				if err := ctx.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				it := int(next.Add(1)) - 1
+				if it >= items {
+					return
+				}
+				bh, sp := it/spans, it%spans
+				b, kvh := bh/s.HKV, bh%s.HKV
+				// Gather and scale the group's queries.
+				for r := range g {
+					src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
+					dst := sc.q[r*c.stride:][:s.D]
+					for i, x := range src {
+						dst[i] = x * o.Scale
+					}
+				}
+				lo, hi := sp*spanLen, min((sp+1)*spanLen, held)
+				c.decodeSpan(sc, bh, lo, hi, p, inclusive,
+					partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	// Merge each head's spans in order.
+	for bh := range s.B * s.HKV {
+		b, kvh := bh/s.HKV, bh%s.HKV
+		for r := range g {
+			row := b*s.H + kvh*g + r
+			o := out[row*s.D:][:s.D]
+			l := &lse[row]
+			*l = float32(math.Inf(-1))
+			clear(o)
+			for sp := range spans {
+				it := bh*spans + sp
+				attn.MergeRow(o, l, partOut[(it*g+r)*s.D:][:s.D], partLSE[it*g+r])
+			}
+		}
+	}
+	return nil
+}
+
+// decodeScratch is one decode worker's memory, reused across items.
+type decodeScratch struct {
+	q    []float32 // [g][stride] scaled queries, zero past D
+	s    []float32 // [g][decodeBlock] scores, then probabilities
+	kb   []float32 // [decodeBlock][stride] widened keys (16-bit caches)
+	vb   []float32 // [decodeBlock][stride] widened values
+	acc  []float32 // [g][stride]
+	m, l []float32
+}
+
+func newDecodeScratch(g, stride int) *decodeScratch {
+	return &decodeScratch{
+		q:   make([]float32, g*stride),
+		s:   make([]float32, g*decodeBlock),
+		kb:  make([]float32, decodeBlock*stride),
+		vb:  make([]float32, decodeBlock*stride),
+		acc: make([]float32, g*stride),
+		m:   make([]float32, g),
+		l:   make([]float32, g),
+	}
+}
+
+// decodeSpan attends the group's queries to rows [lo, hi) of head bh and
+// writes the partial output and lse of each query row.
+func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool, out, lse []float32) {
+	g := len(sc.m)
+	st, d := c.stride, c.cfg.D
+	clear(sc.acc)
+	for r := range g {
+		sc.m[r] = float32(math.Inf(-1))
+		sc.l[r] = 0
+	}
+	checkRows := c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
+	base := bh * c.cap * st
+	for j0 := lo; j0 < hi; j0 += decodeBlock {
+		nb := min(decodeBlock, hi-j0)
+		k, v := c.rows(sc, base+j0*st, nb)
+		for r := range g {
+			qr := sc.q[r*st:][:st]
+			sr := sc.s[r*decodeBlock:][:nb]
+			for j := range nb {
+				sr[j] = simd.Dot(qr, k[j*st:][:st])
+			}
+			if checkRows {
+				for j := range nb {
+					if pos := c.position(j0 + j); !c.visible(p, pos) || (!inclusive && pos == p) {
+						sr[j] = float32(math.Inf(-1))
+					}
+				}
+			}
+			mx := max(sc.m[r], simd.Max(sr))
+			if mx == float32(math.Inf(-1)) {
+				clear(sr)
+				continue
+			}
+			if mx > sc.m[r] {
+				f := float32(math.Exp(float64(sc.m[r] - mx)))
+				sc.l[r] *= f
+				simd.Scale(sc.acc[r*st:][:st], f)
+				sc.m[r] = mx
+			}
+			sc.l[r] += simd.ExpSum(sr, mx)
+		}
+		simd.Gemm(g, st, nb, sc.s, decodeBlock, v, st, sc.acc, st, true)
+	}
+	for r := range g {
+		o := out[r*d:][:d]
+		if sc.l[r] == 0 {
+			clear(o)
+			lse[r] = float32(math.Inf(-1))
+			continue
+		}
+		inv := 1 / sc.l[r]
+		for i, a := range sc.acc[r*st:][:d] {
+			o[i] = a * inv
+		}
+		lse[r] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
+	}
+}
+
+// rows returns nb stored rows from element offset off as float32, widening
+// compact types into the scratch buffers.
+func (c *Cache) rows(sc *decodeScratch, off, nb int) (k, v []float32) {
+	n := nb * c.stride
+	switch c.cfg.DType {
+	case F32:
+		return c.kf[off:][:n], c.vf[off:][:n]
+	case BF16:
+		widenBF16(sc.kb[:n], c.kh[off:][:n])
+		widenBF16(sc.vb[:n], c.vh[off:][:n])
+	case F16:
+		widenF16(sc.kb[:n], c.kh[off:][:n])
+		widenF16(sc.vb[:n], c.vh[off:][:n])
+	}
+	return sc.kb[:n], sc.vb[:n]
+}
+
+func widenBF16(dst []float32, src []uint16) {
+	for i, h := range src {
+		dst[i] = half.BF16ToF32(h)
+	}
+}
+
+func widenF16(dst []float32, src []uint16) {
+	for i, h := range src {
+		dst[i] = half.F16ToF32(h)
+	}
+}
+
+// cacheKV lets the fused kernel read the held rows, in row order.
+type cacheKV struct{ c *Cache }
+
+func (kv cacheKV) PackK(dst []float32, ld, b, kvh, j0, n int) {
+	c := kv.c
+	d := c.cfg.D
+	for j := range n {
+		off := ((b*c.cfg.HKV+kvh)*c.cap + j0 + j) * c.stride
+		for i := range d {
+			dst[i*ld+j] = c.at(c.kf, c.kh, off+i)
+		}
+	}
+}
+
+func (kv cacheKV) PackV(dst []float32, ld, b, kvh, j0, n int) {
+	c := kv.c
+	d := c.cfg.D
+	for j := range n {
+		off := ((b*c.cfg.HKV+kvh)*c.cap + j0 + j) * c.stride
+		row := dst[j*ld:][:d]
+		for i := range row {
+			row[i] = c.at(c.vf, c.vh, off+i)
+		}
+	}
+}
+
+func (c *Cache) at(f []float32, h []uint16, i int) float32 {
+	switch c.cfg.DType {
+	case BF16:
+		return half.BF16ToF32(h[i])
+	case F16:
+		return half.F16ToF32(h[i])
+	}
+	return f[i]
+}
+
+// allKeys is the dense pattern; the causal mask does the work.
+type allKeys struct{}
+
+func (allKeys) KeyRanges(dst []flash.Range, p0, p1, m int) []flash.Range {
+	return append(dst, flash.Range{Lo: 0, Hi: m, Full: true})
+}
+func (allKeys) Visible(p, j int) bool { return true }
+
+// chunkWindow is the window over a chunk of new tokens that starts at
+// absolute position base; with N = M, chunk index and flash position agree.
+type chunkWindow struct{ base, w, sinks int }
+
+func (cw chunkWindow) KeyRanges(dst []flash.Range, p0, p1, m int) []flash.Range {
+	// Sinks that fall inside the chunk, then the band (p0-w, p1).
+	sinkEnd := min(max(cw.sinks-cw.base, 0), m)
+	lo := max(p0-cw.w+1, sinkEnd, 0)
+	if sinkEnd > 0 {
+		dst = append(dst, flash.Range{Lo: 0, Hi: sinkEnd, Full: true})
+	}
+	if lo < p1 {
+		dst = append(dst, flash.Range{Lo: lo, Hi: p1, Full: false})
+	}
+	return dst
+}
+
+func (cw chunkWindow) Visible(p, j int) bool {
+	return j+cw.base < cw.sinks || j > p-cw.w
+}
+
+// cachedWindow masks held rows by the window for a chunk of n new queries.
+type cachedWindow struct {
+	c *Cache
+	n int
+}
+
+func (cw cachedWindow) KeyRanges(dst []flash.Range, p0, p1, m int) []flash.Range {
+	return append(dst, flash.Range{Lo: 0, Hi: m})
+}
+
+func (cw cachedWindow) Visible(p, j int) bool {
+	// flash's position p is M-N+i; the query is at cache position Len()+i.
+	q := cw.c.n + p - (cw.c.Held() - cw.n)
+	return cw.c.visible(q, cw.c.position(j))
+}

@@ -1,0 +1,45 @@
+package kvcache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
+)
+
+// BenchmarkAttend times one decode step (H = 32, D = 128) and reports the
+// bytes of K and V read per second.
+func BenchmarkAttend(b *testing.B) {
+	const h, d = 32, 128
+	for _, dt := range []DType{F32, BF16, F16} {
+		for _, hkv := range []int{8, 1} {
+			for _, n := range []int{1024, 16384, 65536} {
+				b.Run(fmt.Sprintf("%v/hkv%d/len%d", dt, hkv, n), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(1, 1))
+					c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Capacity: n})
+					if err != nil {
+						b.Fatal(err)
+					}
+					kv := ref.Normal(rng, hkv*n*d)
+					if err := c.Append(kv, kv, n); err != nil {
+						b.Fatal(err)
+					}
+					q := ref.Normal(rng, h*d)
+					out := make([]float32, h*d)
+					lse := make([]float32, h)
+					ctx := context.Background()
+					for b.Loop() {
+						if err := c.Attend(ctx, h, q, attn.Options{}, out, lse); err != nil {
+							b.Fatal(err)
+						}
+					}
+					bytes := float64(2 * hkv * n * d * dt.Size())
+					b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}

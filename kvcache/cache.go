@@ -1,0 +1,252 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/half"
+)
+
+// DType is the element type of the stored keys and values.
+type DType uint8
+
+const (
+	F32  DType = iota // float32
+	BF16              // bfloat16: float32's range, 8 bits of precision
+	F16               // IEEE binary16: 11 bits of precision, |x| < 65520
+)
+
+func (t DType) String() string {
+	switch t {
+	case F32:
+		return "f32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(t))
+}
+
+// Size returns the bytes per element.
+func (t DType) Size() int {
+	if t == F32 {
+		return 4
+	}
+	return 2
+}
+
+// ParseDType parses "f32", "bf16" or "f16".
+func ParseDType(s string) (DType, error) {
+	for _, t := range []DType{F32, BF16, F16} {
+		if t.String() == s {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown element type %q (want f32, bf16 or f16)", attn.ErrInput, s)
+}
+
+// ErrFull is wrapped by the error of an append past Config.MaxLen.
+var ErrFull = errors.New("kvcache: full")
+
+// Config describes a cache. B, HKV and D are required.
+type Config struct {
+	B, HKV, D int
+	// DType is the storage type (default F32).
+	DType DType
+	// Capacity is the number of positions allocated at first (default
+	// 256); the cache doubles it when it runs out.
+	Capacity int
+	// MaxLen caps the positions a cache without a window holds; an
+	// append past it fails with ErrFull. 0 means no limit.
+	MaxLen int
+	// Window, when positive, keeps only the last Window positions (a
+	// ring buffer) plus the first Sinks.
+	Window int
+	// Sinks is the number of first positions a windowed cache never
+	// evicts.
+	Sinks int
+}
+
+// Cache is one layer's key/value cache. It is not safe for concurrent use.
+type Cache struct {
+	cfg    Config
+	stride int // elements per stored row, a multiple of 64 bytes
+	cap    int // rows per head
+	n      int // positions appended so far
+	kf, vf []float32
+	kh, vh []uint16
+}
+
+// New returns an empty cache.
+func New(cfg Config) (*Cache, error) {
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"B", cfg.B}, {"Hkv", cfg.HKV}, {"D", cfg.D}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("%w: kvcache %s = %d, want > 0", attn.ErrShape, d.name, d.v)
+		}
+	}
+	switch {
+	case cfg.DType > F16:
+		return nil, fmt.Errorf("%w: kvcache element type %v", attn.ErrInput, cfg.DType)
+	case cfg.Capacity < 0 || cfg.MaxLen < 0 || cfg.Window < 0 || cfg.Sinks < 0:
+		return nil, fmt.Errorf("%w: kvcache Capacity, MaxLen, Window and Sinks must be >= 0", attn.ErrInput)
+	case cfg.Sinks > 0 && cfg.Window == 0:
+		return nil, fmt.Errorf("%w: kvcache Sinks = %d needs a Window", attn.ErrInput, cfg.Sinks)
+	case cfg.Window > 0 && cfg.MaxLen > 0:
+		return nil, fmt.Errorf("%w: a windowed kvcache has a fixed size; MaxLen must be 0", attn.ErrInput)
+	}
+	c := &Cache{cfg: cfg}
+	perLine := 64 / cfg.DType.Size()
+	c.stride = (cfg.D + perLine - 1) / perLine * perLine
+	c.cap = cfg.Capacity
+	if c.cap == 0 {
+		c.cap = 256
+	}
+	if cfg.Window > 0 {
+		c.cap = cfg.Sinks + cfg.Window
+	} else if cfg.MaxLen > 0 {
+		c.cap = min(c.cap, cfg.MaxLen)
+	}
+	c.alloc(c.cap)
+	return c, nil
+}
+
+// Config returns the configuration the cache was made with.
+func (c *Cache) Config() Config { return c.cfg }
+
+// Len returns the number of positions appended so far; with a window,
+// older ones may have been evicted.
+func (c *Cache) Len() int { return c.n }
+
+// Held returns the number of positions stored now: Len without a window,
+// at most Sinks+Window with one.
+func (c *Cache) Held() int { return min(c.n, c.cap) }
+
+// Bytes returns the memory the keys and values occupy.
+func (c *Cache) Bytes() int {
+	return 2 * c.cfg.B * c.cfg.HKV * c.cap * c.stride * c.cfg.DType.Size()
+}
+
+// Reset empties the cache, keeping its memory.
+func (c *Cache) Reset() { c.n = 0 }
+
+// alloc makes room for rows positions per head, keeping what is stored.
+func (c *Cache) alloc(rows int) {
+	heads := c.cfg.B * c.cfg.HKV
+	if c.cfg.DType == F32 {
+		nk, nv := alignedF32(heads*rows*c.stride), alignedF32(heads*rows*c.stride)
+		for h := range heads {
+			if c.kf != nil {
+				copy(nk[h*rows*c.stride:], c.kf[h*c.cap*c.stride:][:c.Held()*c.stride])
+				copy(nv[h*rows*c.stride:], c.vf[h*c.cap*c.stride:][:c.Held()*c.stride])
+			}
+		}
+		c.kf, c.vf = nk, nv
+	} else {
+		nk, nv := alignedU16(heads*rows*c.stride), alignedU16(heads*rows*c.stride)
+		for h := range heads {
+			if c.kh != nil {
+				copy(nk[h*rows*c.stride:], c.kh[h*c.cap*c.stride:][:c.Held()*c.stride])
+				copy(nv[h*rows*c.stride:], c.vh[h*c.cap*c.stride:][:c.Held()*c.stride])
+			}
+		}
+		c.kh, c.vh = nk, nv
+	}
+	c.cap = rows
+}
+
+// alignedF32 returns n float32s starting on a 64-byte boundary.
+func alignedF32(n int) []float32 {
+	buf := make([]float32, n+16)
+	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 4
+	return buf[off : off+n : off+n]
+}
+
+func alignedU16(n int) []uint16 {
+	buf := make([]uint16, n+32)
+	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 2
+	return buf[off : off+n : off+n]
+}
+
+// slot returns the row that position p is stored in.
+func (c *Cache) slot(p int) int {
+	w, s := c.cfg.Window, c.cfg.Sinks
+	if w == 0 || p < s {
+		return p
+	}
+	return s + (p-s)%w
+}
+
+// position returns the position stored in row r now.
+func (c *Cache) position(r int) int {
+	w, s := c.cfg.Window, c.cfg.Sinks
+	if w == 0 || r < s || c.n <= c.cap {
+		return r
+	}
+	// Ring rows hold the positions in [n-w, n) (all past the sinks).
+	newest := c.n - 1
+	newestSlot := s + (newest-s)%w
+	back := (newestSlot - r + w) % w
+	return newest - back
+}
+
+// Append stores n new positions: k and v are [B][Hkv][n][D].
+func (c *Cache) Append(k, v []float32, n int) error {
+	want := c.cfg.B * c.cfg.HKV * n * c.cfg.D
+	if n < 0 || len(k) != want || len(v) != want {
+		return fmt.Errorf("%w: Append of %d positions wants len(K) = len(V) = B·Hkv·n·D = %d, got %d and %d",
+			attn.ErrShape, n, want, len(k), len(v))
+	}
+	if c.cfg.Window == 0 && c.n+n > c.cap {
+		if c.cfg.MaxLen > 0 && c.n+n > c.cfg.MaxLen {
+			return fmt.Errorf("%w: %d + %d positions exceed MaxLen = %d", ErrFull, c.n, n, c.cfg.MaxLen)
+		}
+		rows := max(c.cap, 1)
+		for rows < c.n+n {
+			rows *= 2
+		}
+		if c.cfg.MaxLen > 0 {
+			rows = min(rows, c.cfg.MaxLen)
+		}
+		c.alloc(rows)
+	}
+	d := c.cfg.D
+	for h := range c.cfg.B * c.cfg.HKV {
+		for i := range n {
+			// With a window only the last Window positions of a long
+			// chunk survive; earlier ones would be overwritten anyway.
+			p := c.n + i
+			if c.cfg.Window > 0 && p >= c.cfg.Sinks && p < c.n+n-c.cfg.Window {
+				continue
+			}
+			row := (h*c.cap + c.slot(p)) * c.stride
+			src := (h*n + i) * d
+			c.store(row, k[src:src+d], v[src:src+d])
+		}
+	}
+	c.n += n
+	return nil
+}
+
+func (c *Cache) store(row int, k, v []float32) {
+	switch c.cfg.DType {
+	case F32:
+		copy(c.kf[row:], k)
+		copy(c.vf[row:], v)
+	case BF16:
+		for i := range k {
+			c.kh[row+i] = half.F32ToBF16(k[i])
+			c.vh[row+i] = half.F32ToBF16(v[i])
+		}
+	case F16:
+		for i := range k {
+			c.kh[row+i] = half.F32ToF16(k[i])
+			c.vh[row+i] = half.F32ToF16(v[i])
+		}
+	}
+}

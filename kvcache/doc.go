@@ -1,0 +1,38 @@
+// Package kvcache stores the keys and values of past positions for
+// autoregressive decoding and attends new queries to them.
+//
+// # Layout
+//
+// One Cache serves one attention layer: K and V are each
+// [B][Hkv][capacity][stride] with stride = D rounded up so that every row
+// starts on a 64-byte boundary. Elements are float32, bfloat16 or binary16
+// (DType); compact elements are widened inside the kernel, one tile at a
+// time, never ahead of it. Capacity grows by doubling, so appending T
+// positions one by one copies O(T) elements in all.
+//
+// # Attention
+//
+// Step attends nq new queries to the cache and to their own keys, with
+// the bottom-right causal rule of package attn, then appends the new keys
+// and values. The two parts are computed separately and joined with
+// attn.Merge: the cached part by a decode kernel for a single new token
+// (each K/V row is loaded once for all H/Hkv query heads of its group, and
+// the cached positions are split across goroutines whose partial results
+// merge by log-sum-exp), or by the fused exact kernel of package flash for
+// a chunk; the chunk's own part always by the fused kernel with a causal
+// mask.
+//
+// # Sliding windows
+//
+// With Window W > 0 the cache keeps only what a query can still see: the
+// last W positions in a ring buffer, plus the first Sinks positions
+// forever ("attention sinks", Xiao et al. 2023). The query at position p
+// sees key j when j <= p and (j > p-W or j < Sinks). Memory is then fixed
+// at Sinks+W rows per head however long the sequence grows.
+//
+// # Errors
+//
+// Wrong shapes, a full cache (MaxLen reached) and options the cache cannot
+// honour return errors wrapping attn.ErrShape, ErrFull or
+// attn.ErrUnsupported; nothing panics on user input.
+package kvcache
