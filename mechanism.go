@@ -18,7 +18,9 @@ type Mechanism interface {
 	// (or the mechanism's estimate of it). q, k, v, out and lse follow the
 	// layout in the package documentation. A mechanism that cannot honour
 	// an option returns an error wrapping ErrUnsupported; it never
-	// silently ignores one.
+	// silently ignores one. (Where an option has no meaning for a
+	// mechanism, such as Scale for linear attention, which defines its own
+	// normalisation, the mechanism's package documents it.)
 	Forward(ctx context.Context, s Shape, q, k, v []float32, o Options, out, lse []float32) error
 }
 

@@ -15,6 +15,9 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/linear"
+	"github.com/attnkit/attn/linformer"
+	"github.com/attnkit/attn/performer"
 )
 
 // Param documents one parameter a mechanism accepts.
@@ -38,6 +41,83 @@ var entries = []Entry{
 		Summary: "fused tiled online-softmax exact attention (package flash)",
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			return flash.New(flash.Config{}), nil
+		},
+	},
+	{
+		Name:    "linear",
+		Summary: "linear attention, elu+1 features; causal by chunked prefix sums (package linear)",
+		Params: []Param{
+			{Name: "chunk", Default: "64", Doc: "query positions per chunk of the causal pass (tokens)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			chunk, err := p.Int("chunk", linear.DefaultChunk, 1, linear.MaxChunk)
+			if err != nil {
+				return nil, err
+			}
+			return linear.New(linear.Config{Chunk: chunk}), nil
+		},
+	},
+	{
+		Name:    "performer",
+		Summary: "FAVOR+ positive orthogonal random features, exact attention below min keys (package performer)",
+		Params: []Param{
+			{Name: "features", Default: "256", Doc: "number of random features m"},
+			{Name: "min", Default: "2048", Doc: "key length below which exact attention is used (tokens); 0 never falls back"},
+			{Name: "kind", Default: "positive", Doc: "positive (FAVOR+) or trig (sin/cos random Fourier features, for comparison)"},
+			{Name: "chunk", Default: "64", Doc: "query positions per chunk of the causal pass (tokens)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			features, err := p.Int("features", performer.DefaultFeatures, 1, 1<<20)
+			if err != nil {
+				return nil, err
+			}
+			min, err := p.Int("min", performer.DefaultMin, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			if min == 0 {
+				min = -1 // never fall back
+			}
+			kind, err := p.String("kind", "positive", "positive", "trig")
+			if err != nil {
+				return nil, err
+			}
+			chunk, err := p.Int("chunk", linear.DefaultChunk, 1, linear.MaxChunk)
+			if err != nil {
+				return nil, err
+			}
+			cfg := performer.Config{Features: features, Min: min, Seed: seed, Chunk: chunk}
+			if kind == "trig" {
+				cfg.Kind = performer.Trig
+			}
+			m, err := performer.New(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return m, nil
+		},
+	},
+	{
+		Name:    "linformer",
+		Summary: "low-rank attention: keys and values projected along the length to k rows; not causal (package linformer)",
+		Params: []Param{
+			{Name: "k", Default: "256", Doc: "projected length (rows)"},
+			{Name: "length", Default: "65536", Doc: "longest key length the drawn projections cover (tokens)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			k, err := p.Int("k", linformer.DefaultK, 1, 1<<20)
+			if err != nil {
+				return nil, err
+			}
+			length, err := p.Int("length", linformer.DefaultLength, 1, 1<<30)
+			if err != nil {
+				return nil, err
+			}
+			m, err := linformer.New(linformer.Config{K: k, Length: length, Seed: seed})
+			if err != nil {
+				return nil, err
+			}
+			return m, nil
 		},
 	},
 }

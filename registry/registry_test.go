@@ -1,8 +1,15 @@
 package registry
 
 import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
 )
 
 func TestNewExact(t *testing.T) {
@@ -69,5 +76,47 @@ func TestParams(t *testing.T) {
 	}
 	if left := p.unused(); len(left) != 0 {
 		t.Errorf("unused after reading all: %v", left)
+	}
+}
+
+// TestEveryMechanism builds each registered mechanism with its defaults and
+// runs it on a small odd-sized input: it must give finite output or say
+// clearly that it does not support the request.
+func TestEveryMechanism(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 37, M: 53, D: 24}
+	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+	for _, name := range Names() {
+		m, err := New(name, nil, 7)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if m.Name() != name {
+			t.Errorf("%s builds a mechanism named %q", name, m.Name())
+		}
+		for _, causal := range []bool{false, true} {
+			out := make([]float32, s.QLen())
+			lse := make([]float32, s.LSELen())
+			o := attn.Options{Causal: causal, KVLen: []int{53, 20}}
+			err := m.Forward(context.Background(), s, q, k, v, o, out, lse)
+			if errors.Is(err, attn.ErrUnsupported) {
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s causal=%v: %v", name, causal, err)
+				continue
+			}
+			for i, x := range out {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					t.Fatalf("%s causal=%v: out[%d] = %v", name, causal, i, x)
+				}
+			}
+		}
+		e, _ := Lookup(name)
+		for _, p := range e.Params {
+			if p.Name == "" || p.Doc == "" {
+				t.Errorf("%s: undocumented parameter %+v", name, p)
+			}
+		}
 	}
 }

@@ -1,0 +1,67 @@
+package linear
+
+import (
+	"math"
+
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// FeatureMap is the kernel feature map φ of linear attention: the weight of
+// key j for query i is φ(q_i)·φ(k_j). It is applied to whole blocks of
+// rows so that a map built on a matrix product (random features) runs at
+// matrix-multiply speed.
+//
+// A map may write its features in log-scaled form: row r of x has the
+// features exp(logScale[r])·dst[r]. Maps whose features can grow past the
+// float32 range (exponentials of the input, as in Performer) use it to keep
+// dst bounded; Attention then carries the scales in the log domain, with a
+// stabiliser taken only over keys a query can see (see the package
+// documentation), so the result neither overflows nor depends on later
+// tokens.
+//
+// Implementations must be safe for concurrent use: Forward calls Map from
+// several goroutines.
+type FeatureMap interface {
+	// Features returns the number of features F for head size d; it must
+	// be at least 1.
+	Features(d int) int
+	// LogScaled reports whether Map writes per-row log scales.
+	LogScaled() bool
+	// Map writes the features of the n rows of x (row stride d) to dst,
+	// n rows of stride ld ≥ F; columns F..ld-1 of dst are scratch the map
+	// may use. When LogScaled is true it also writes logScale[r] for every
+	// row, otherwise logScale is nil. scale is the logit scale in effect
+	// (Options.ScaleFor) and key reports whether the rows are keys rather
+	// than queries: a map approximating a softmax kernel uses both.
+	Map(dst []float32, ld int, logScale, x []float32, n, d int, scale float32, key bool)
+}
+
+// ELU is the feature map of Katharopoulos et al. (2020): φ(x) = elu(x) + 1,
+// applied element by element, so F = d. It is positive, which keeps the
+// normaliser positive, and it ignores the logit scale: elu+1 attention is
+// a function of its own, not an approximation of softmax attention, and is
+// trained as such.
+type ELU struct{}
+
+// Features returns d.
+func (ELU) Features(d int) int { return d }
+
+// LogScaled returns false: elu(x)+1 ≤ |x|+1 cannot overflow.
+func (ELU) LogScaled() bool { return false }
+
+// Map writes elu(x)+1 for every element of the n rows of x.
+func (ELU) Map(dst []float32, ld int, _, x []float32, n, d int, _ float32, _ bool) {
+	for r := range n {
+		src := x[r*d : (r+1)*d]
+		row := dst[r*ld : r*ld+d]
+		// elu(x)+1 is exp(x) for x < 0 and x+1 otherwise: simd.Exp
+		// computes every exponential (an overflow to +Inf is replaced),
+		// then the sign bit selects without branches, which random
+		// signs would defeat.
+		simd.Exp(row, src)
+		for c, v := range src {
+			neg := uint32(int32(math.Float32bits(v)) >> 31) // all ones if v < 0
+			row[c] = math.Float32frombits(math.Float32bits(row[c])&neg | math.Float32bits(v+1)&^neg)
+		}
+	}
+}
