@@ -25,9 +25,13 @@
 //
 // # Cost
 //
-// 4·B·H·N·M·D flops (half that, causal) and O(workers·BlockRows·(D+BlockK))
-// extra memory. Tiles are handed to goroutines from a shared counter,
-// longest (latest causal) tiles first, so causal work stays balanced.
+// 4·B·H·N·M·D flops (half that, causal). Every key and value tile is
+// packed once per call (Kᵀ, and V padded to whole vector panels) and then
+// read by every query tile that needs it, so the extra memory is one
+// packed copy of K and V, O(B·Hkv·M·D), plus O(BlockRows·(D+BlockK)) per
+// worker; never O(N·M). Tiles are handed to goroutines from a shared
+// counter, longest (latest causal) tiles first, so causal work stays
+// balanced.
 //
 // # Errors
 //

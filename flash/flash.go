@@ -2,6 +2,7 @@ package flash
 
 import (
 	"context"
+	"errors"
 	"math"
 	"runtime"
 	"sync"
@@ -76,17 +77,51 @@ func (kn *Kernel) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, 
 // forward runs the kernel on arguments its caller has checked.
 func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q []float32, kv KV, o attn.Options, pat Pattern, out, lse []float32) error {
 	p := plan{
-		s: s, o: o, q: q, kv: kv, out: out, lse: lse, pat: pat,
+		s: s, o: o, q: q, out: out, lse: lse, pat: pat,
 		scale: o.ScaleFor(s.D),
 		bk:    kn.blockK,
+		dp:    (s.D + simd.Panel - 1) / simd.Panel * simd.Panel,
 	}
 	// A tile covers every head of a group for posPerTile positions.
 	g := s.Group()
 	p.posPerTile = max(1, kn.blockRows/g)
 	p.tilesPerHead = (s.N + p.posPerTile - 1) / p.posPerTile
+	p.keyTiles = (s.M + p.bk - 1) / p.bk
 	tiles := s.B * s.HKV * p.tilesPerHead
 	workers := o.WorkerCount(runtime.GOMAXPROCS(0), tiles)
 
+	// Pack every key and value tile once, for all the query tiles that
+	// read it: Kᵀ so that S = Q·Kᵀ is a plain matrix product with keys
+	// along the vector lanes, V padded to whole panels. Fresh memory is
+	// zero, which is the padding both need.
+	heads := s.B * s.HKV
+	p.kpack = make([]float32, heads*p.keyTiles*s.D*p.bk)
+	p.vpack = make([]float32, heads*p.keyTiles*p.bk*p.dp)
+	err := parallel(ctx, o.WorkerCount(runtime.GOMAXPROCS(0), heads*p.keyTiles), heads*p.keyTiles, func(it int) {
+		bh, kt := it/p.keyTiles, it%p.keyTiles
+		j0 := kt * p.bk
+		n := min(p.bk, s.M-j0)
+		kv.PackK(p.kpack[it*s.D*p.bk:][:s.D*p.bk], p.bk, bh/s.HKV, bh%s.HKV, j0, n)
+		kv.PackV(p.vpack[it*p.bk*p.dp:][:p.bk*p.dp], p.dp, bh/s.HKV, bh%s.HKV, j0, n)
+	})
+	if err != nil {
+		return err
+	}
+	return parallelWith(ctx, workers, tiles,
+		func() *tile { return newTile(g*p.posPerTile, s.D, p.bk) },
+		p.run)
+}
+
+// parallel calls fn(0) … fn(items-1) on workers goroutines and returns
+// ctx's error if it ends first.
+func parallel(ctx context.Context, workers, items int, fn func(int)) error {
+	return parallelWith(ctx, workers, items, func() struct{} { return struct{}{} },
+		func(_ struct{}, it int) { fn(it) })
+}
+
+// parallelWith is parallel with per-goroutine scratch made by newScratch.
+// Items are handed out in order from a shared counter.
+func parallelWith[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int)) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
@@ -94,27 +129,22 @@ func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q []float32, kv KV,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := newTile(g*p.posPerTile, s.D, p.bk)
+			scratch := newScratch()
 			for {
 				if err := ctx.Err(); err != nil {
 					errs[w] = err
 					return
 				}
-				n := int(next.Add(1)) - 1
-				if n >= tiles {
+				it := int(next.Add(1)) - 1
+				if it >= items {
 					return
 				}
-				p.run(t, n)
+				fn(scratch, it)
 			}
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // plan is one Forward call's read-only state, shared by the workers.
@@ -122,16 +152,17 @@ type plan struct {
 	s                        attn.Shape
 	o                        attn.Options
 	q, out, lse              []float32
-	kv                       KV
 	pat                      Pattern
 	scale                    float32
-	bk                       int
+	bk, dp                   int // keys per tile, D padded to simd.Panel
 	posPerTile, tilesPerHead int
+	keyTiles                 int       // key tiles per kv head
+	kpack, vpack             []float32 // packed tiles, [B·Hkv][keyTiles][D][bk] and [B·Hkv][keyTiles][bk][dp]
 }
 
-// run computes tile number n. Tiles are numbered so that, within each
-// (batch, kv head), the last query positions come first: under a causal
-// mask they see the most keys, and starting them early balances the
+// run computes query tile number n. Tiles are numbered so that, within
+// each (batch, kv head), the last query positions come first: under a
+// causal mask they see the most keys, and starting them early balances the
 // workers.
 func (p *plan) run(t *tile, n int) {
 	s := p.s
@@ -159,19 +190,44 @@ func (p *plan) run(t *tile, n int) {
 	}
 	t.reset()
 
+	// Turn the pattern's ranges into visits of whole key tiles: a tile
+	// two ranges share is visited once, with the keys between them left
+	// to the pattern's Visible.
 	shift := s.M - s.N // absolute position of query 0
 	t.ranges = p.pat.KeyRanges(t.ranges[:0], shift+pos0, shift+pos0+npos, s.M)
+	var cur visit
+	cur.tile = -1
+	flush := func() {
+		if cur.tile < 0 {
+			return
+		}
+		j0 := cur.tile * p.bk
+		it := bh*p.keyTiles + cur.tile
+		var perKey Pattern
+		if !cur.full {
+			perKey = p.pat
+		}
+		t.attend(p.kpack[it*s.D*p.bk:][:s.D*p.bk], p.vpack[it*p.bk*p.dp:][:p.bk*p.dp],
+			j0, min(p.bk, s.M-j0), cur.c0, cur.c1, j0+cur.c1 > minEnd, perKey)
+	}
 	for _, rg := range t.ranges {
 		lo, hi := max(rg.Lo, 0), min(rg.Hi, maxEnd)
-		for j0 := lo; j0 < hi; j0 += p.bk {
-			j1 := min(j0+p.bk, hi)
-			var perKey Pattern
-			if !rg.Full {
-				perKey = p.pat
+		for j := lo; j < hi; {
+			kt := j / p.bk
+			c0, c1 := j-kt*p.bk, min(hi-kt*p.bk, p.bk)
+			if kt == cur.tile {
+				// Joining a second range: whatever lies between is
+				// outside both, so the tile needs per-key checks.
+				cur.full = cur.full && rg.Full && c0 == cur.c1
+				cur.c1 = c1
+			} else {
+				flush()
+				cur = visit{tile: kt, c0: c0, c1: c1, full: rg.Full}
 			}
-			t.attend(p.kv, b, kvh, j0, j1-j0, j1 > minEnd, perKey)
+			j = kt*p.bk + c1
 		}
 	}
+	flush()
 
 	for r := range t.rows {
 		h, i := kvh*g+r/npos, pos0+r%npos
@@ -183,14 +239,18 @@ func (p *plan) run(t *tile, n int) {
 	}
 }
 
+// visit is the part [c0, c1) of one key tile that a query tile reads.
+type visit struct {
+	tile, c0, c1 int
+	full         bool
+}
+
 // tile is one worker's scratch, reused for every tile the worker computes:
-// O(BlockRows·(D+BlockK) + BlockK·D) floats.
+// O(BlockRows·(D+BlockK)) floats.
 type tile struct {
 	d, dp, bk int // head size, head size padded to simd.Panel, keys per tile
 	rows      int
 	q         []float32 // [rows][d], scaled queries
-	kt        []float32 // [d][bk], the key tile transposed, zero past its keys
-	vp        []float32 // [bk][dp], the value tile, zero past column d
 	s         []float32 // [rows][bk], logits then probabilities
 	acc       []float32 // [rows][dp], unnormalised output
 	m, l      []float32 // running max and sum per row
@@ -204,8 +264,6 @@ func newTile(rows, d, bk int) *tile {
 	return &tile{
 		d: d, dp: dp, bk: bk,
 		q:   make([]float32, rows*d),
-		kt:  make([]float32, d*bk),
-		vp:  make([]float32, bk*dp),
 		s:   make([]float32, rows*bk),
 		acc: make([]float32, rows*dp),
 		m:   make([]float32, rows),
@@ -225,42 +283,37 @@ func (t *tile) reset() {
 	}
 }
 
-// attend folds keys [j0, j0+nk) of kv head kvh in batch row b into every
-// row of the tile. When masked is set some row cannot see all of them, and
-// each row then uses only the keys before its end. A non-nil pat masks
-// further, key by key.
-func (t *tile) attend(kv KV, b, kvh, j0, nk int, masked bool, pat Pattern) {
+// attend folds keys j0+c0 … j0+c1-1 of one packed tile (kt = Kᵀ, vp = V, nk
+// keys from j0) into every row of the tile. When masked is set some row
+// cannot see all of them, and each row then uses only the keys before its
+// end. A non-nil pat masks further, key by key.
+func (t *tile) attend(kt, vp []float32, j0, nk, c0, c1 int, masked bool, pat Pattern) {
 	d, dp, bk := t.d, t.dp, t.bk
-	// Pack once for all rows: Kᵀ so that S = Q·Kᵀ is a plain matrix
-	// product with keys along the vector lanes, and V padded to whole
-	// panels.
-	if nk < bk {
-		clear(t.kt)
-	}
-	kv.PackK(t.kt, bk, b, kvh, j0, nk)
-	kv.PackV(t.vp, dp, b, kvh, j0, nk)
-	simd.Gemm(t.rows, bk, d, t.q, d, t.kt, bk, t.s, bk, false)
-
+	simd.Gemm(t.rows, bk, d, t.q, d, kt, bk, t.s, bk, false)
 	for r := range t.rows {
 		s := t.s[r*bk:][:nk]
-		visible := nk
+		lo, hi := c0, c1
 		if masked {
-			visible = min(max(t.end[r]-j0, 0), nk)
-			clear(s[visible:]) // masked keys get probability 0
-			if visible == 0 {
-				continue
-			}
+			hi = min(hi, t.end[r]-j0)
 		}
+		if hi <= lo {
+			clear(s)
+			continue
+		}
+		// Keys outside [lo, hi) get probability 0.
+		clear(s[:lo])
+		clear(s[hi:])
+		vis := s[lo:hi]
 		if pat != nil {
-			for j := range s[:visible] {
-				if !pat.Visible(t.pos[r], j0+j) {
-					s[j] = negInf
+			for j := range vis {
+				if !pat.Visible(t.pos[r], j0+lo+j) {
+					vis[j] = negInf
 				}
 			}
 		}
-		mx := max(t.m[r], simd.Max(s[:visible]))
+		mx := max(t.m[r], simd.Max(vis))
 		if mx == negInf {
-			clear(s) // nothing visible to this row yet
+			clear(vis) // nothing visible to this row yet
 			continue
 		}
 		if mx > t.m[r] {
@@ -272,9 +325,9 @@ func (t *tile) attend(kv KV, b, kvh, j0, nk int, masked bool, pat Pattern) {
 			simd.Scale(t.acc[r*dp:][:dp], c)
 			t.m[r] = mx
 		}
-		t.l[r] += simd.ExpSum(s[:visible], mx)
+		t.l[r] += simd.ExpSum(vis, mx)
 	}
-	simd.Gemm(t.rows, dp, nk, t.s, bk, t.vp, dp, t.acc, dp, true)
+	simd.Gemm(t.rows, dp, nk, t.s, bk, vp, dp, t.acc, dp, true)
 }
 
 // finish writes the normalised output of row r and returns its lse.
