@@ -236,3 +236,28 @@ func ExampleAttention() {
 	fmt.Println(out[:2], lse[0])
 	// Output: [0.5 0.5] 0.6931472
 }
+
+// TestTileBoundaries crosses every tile edge of each kernel: lengths of
+// tile-1, tile, tile+1 and 3·tile+5 in both the query and the key
+// direction, for query tiles of whole GQA groups.
+func TestTileBoundaries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, uint64(rand.Int64())))
+	for _, kn := range kernels {
+		for _, hg := range [][2]int{{2, 2}, {4, 1}} {
+			rowsPerHead := max(1, kn.blockRows/(hg[0]/hg[1]))
+			qs := []int{rowsPerHead - 1, rowsPerHead, rowsPerHead + 1, 3*rowsPerHead + 5}
+			ks := []int{kn.blockK - 1, kn.blockK, kn.blockK + 1, 3*kn.blockK + 5}
+			for _, n := range qs {
+				for _, m := range ks {
+					if n < 1 {
+						continue
+					}
+					for _, causal := range []bool{false, true} {
+						s := attn.Shape{B: 1, H: hg[0], HKV: hg[1], N: n, M: m, D: 17}
+						compare(t, kn, rng, s, attn.Options{Causal: causal})
+					}
+				}
+			}
+		}
+	}
+}
