@@ -3,6 +3,8 @@ package tensorio
 import (
 	"math"
 	"testing"
+
+	"github.com/attnkit/attn/internal/half"
 )
 
 // refHalf decodes a float with the given exponent and mantissa widths from
@@ -49,14 +51,14 @@ func checkWiden(t *testing.T, name string, bits uint16, got float32, want float6
 func TestF16ToF32Exhaustive(t *testing.T) {
 	for i := range 1 << 16 {
 		b := uint16(i)
-		checkWiden(t, "f16ToF32", b, f16ToF32(b), refHalf(b, 5, 10), 10)
+		checkWiden(t, "f16ToF32", b, half.F16ToF32(b), refHalf(b, 5, 10), 10)
 	}
 }
 
 func TestBF16ToF32Exhaustive(t *testing.T) {
 	for i := range 1 << 16 {
 		b := uint16(i)
-		checkWiden(t, "bf16ToF32", b, bf16ToF32(b), refHalf(b, 8, 7), 7)
+		checkWiden(t, "bf16ToF32", b, half.BF16ToF32(b), refHalf(b, 8, 7), 7)
 	}
 }
 
@@ -76,17 +78,17 @@ func TestHalfKnownValues(t *testing.T) {
 		{0x0400, 0x1p-14, 0x1p-119},
 		{0x3f80, 1.875, 1},
 	} {
-		if got := f16ToF32(c.bits); got != c.f16 {
-			t.Errorf("f16ToF32(%#04x) = %v, want %v", c.bits, got, c.f16)
+		if got := half.F16ToF32(c.bits); got != c.f16 {
+			t.Errorf("half.F16ToF32(%#04x) = %v, want %v", c.bits, got, c.f16)
 		}
-		if got := bf16ToF32(c.bits); got != c.bf16 {
-			t.Errorf("bf16ToF32(%#04x) = %v, want %v", c.bits, got, c.bf16)
+		if got := half.BF16ToF32(c.bits); got != c.bf16 {
+			t.Errorf("half.BF16ToF32(%#04x) = %v, want %v", c.bits, got, c.bf16)
 		}
 	}
-	if v := f16ToF32(0x8000); v != 0 || !math.Signbit(float64(v)) {
-		t.Errorf("f16ToF32(0x8000) = %v, want -0", v)
+	if v := half.F16ToF32(0x8000); v != 0 || !math.Signbit(float64(v)) {
+		t.Errorf("half.F16ToF32(0x8000) = %v, want -0", v)
 	}
-	if v := f16ToF32(0xfc00); !math.IsInf(float64(v), -1) {
-		t.Errorf("f16ToF32(0xfc00) = %v, want -Inf", v)
+	if v := half.F16ToF32(0xfc00); !math.IsInf(float64(v), -1) {
+		t.Errorf("half.F16ToF32(0xfc00) = %v, want -Inf", v)
 	}
 }
