@@ -304,7 +304,9 @@ func (t *tile) attend(kt, vp []float32, j0, nk, c0, c1 int, masked bool, pat Pat
 		clear(s[:lo])
 		clear(s[hi:])
 		vis := s[lo:hi]
-		if pat != nil {
+		if rm, ok := pat.(RowMasker); ok {
+			rm.MaskRow(t.pos[r], j0+lo, vis)
+		} else if pat != nil {
 			for j := range vis {
 				if !pat.Visible(t.pos[r], j0+lo+j) {
 					vis[j] = negInf

@@ -31,6 +31,13 @@ type Pattern interface {
 	Visible(p, j int) bool
 }
 
+// RowMasker is an optional fast path for a Pattern: MaskRow sets s[j] to
+// -Inf for every key j0+j the query at position p does not see, and leaves
+// the rest, so one call replaces len(s) calls of Visible on a masked tile.
+type RowMasker interface {
+	MaskRow(p, j0 int, s []float32)
+}
+
 // ForwardPattern is Forward restricted to the keys pat allows: tiles of keys
 // outside every range are skipped, whole tiles inside Full ranges run
 // unmasked, and the rest are masked key by key. The cost is proportional

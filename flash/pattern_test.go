@@ -3,6 +3,7 @@ package flash
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -88,6 +89,55 @@ func TestPattern(t *testing.T) {
 				if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
 					t.Errorf("case %d causal=%v: lse rel err %.3g %v", c, causal, e, err)
 				}
+			}
+		}
+	}
+}
+
+// rowMaskPattern is maskPattern with the RowMasker fast path.
+type rowMaskPattern struct {
+	*maskPattern
+	calls *atomic.Int64
+}
+
+func (rp rowMaskPattern) MaskRow(p, j0 int, s []float32) {
+	rp.calls.Add(1)
+	for j := range s {
+		if !rp.Visible(p, j0+j) {
+			s[j] = negInf
+		}
+	}
+}
+
+// TestRowMasker checks that the row fast path gives what Visible gives.
+func TestRowMasker(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, uint64(rand.Int64())))
+	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 90, M: 140, D: 24}
+	mp := &maskPattern{shift: s.M - s.N, m: s.M, vis: make([][]bool, s.N)}
+	for i := range mp.vis {
+		mp.vis[i] = make([]bool, s.M)
+		for j := range s.M {
+			mp.vis[i][j] = rng.IntN(3) > 0
+		}
+	}
+	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+	o := attn.Options{Causal: true}
+	ctx := context.Background()
+	for _, kn := range kernels {
+		out1, out2 := make([]float32, s.QLen()), make([]float32, s.QLen())
+		if err := kn.ForwardPattern(ctx, s, q, k, v, o, mp, out1, nil); err != nil {
+			t.Fatal(err)
+		}
+		var calls atomic.Int64
+		if err := kn.ForwardPattern(ctx, s, q, k, v, o, rowMaskPattern{mp, &calls}, out2, nil); err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() == 0 {
+			t.Fatal("MaskRow never called")
+		}
+		for i := range out1 {
+			if out1[i] != out2[i] {
+				t.Fatalf("RowMasker path differs at %d: %v vs %v", i, out1[i], out2[i])
 			}
 		}
 	}

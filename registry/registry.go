@@ -18,6 +18,7 @@ import (
 	"github.com/attnkit/attn/linear"
 	"github.com/attnkit/attn/linformer"
 	"github.com/attnkit/attn/performer"
+	"github.com/attnkit/attn/sparse"
 )
 
 // Param documents one parameter a mechanism accepts.
@@ -41,6 +42,120 @@ var entries = []Entry{
 		Summary: "fused tiled online-softmax exact attention (package flash)",
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			return flash.New(flash.Config{}), nil
+		},
+	},
+	{
+		Name:    "window",
+		Summary: "sliding window: keys [p-left, p+right], every dilation-th (package sparse)",
+		Params: []Param{
+			{Name: "left", Default: "64", Doc: "keys visible before a query (tokens)"},
+			{Name: "right", Default: "64", Doc: "keys visible after a query (tokens); no effect when causal"},
+			{Name: "dilation", Default: "1", Doc: "step between visible keys"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			left, err := p.Int("left", sparse.DefaultWindow, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			right, err := p.Int("right", sparse.DefaultWindow, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			dilation, err := p.Int("dilation", 1, 1, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			if left == 0 && right == 0 {
+				return nil, fmt.Errorf("parameters left=0 and right=0 leave each query only itself; set one of them")
+			}
+			return sparse.NewWindow(sparse.WindowConfig{Left: left, Right: right, Dilation: dilation})
+		},
+	},
+	{
+		Name:    "strided",
+		Summary: "Sparse Transformer strided or fixed factorised pattern (package sparse)",
+		Params: []Param{
+			{Name: "mode", Default: "strided", Doc: "strided (previous l keys and every l-th) or fixed (block of l and c summary columns per block)"},
+			{Name: "stride", Default: "128", Doc: "l (tokens)"},
+			{Name: "summary", Default: "stride/16 (fixed mode)", Doc: "c, summary columns per block; fixed mode only"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			mode, err := p.String("mode", string(sparse.ModeStrided), string(sparse.ModeStrided), string(sparse.ModeFixed))
+			if err != nil {
+				return nil, err
+			}
+			stride, err := p.Int("stride", sparse.DefaultStride, 1, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			summary, err := p.Int("summary", 0, 1, stride)
+			if err != nil {
+				return nil, err
+			}
+			if summary != 0 && mode != string(sparse.ModeFixed) {
+				return nil, fmt.Errorf("parameter summary applies to mode=fixed only")
+			}
+			return sparse.NewStrided(sparse.StridedConfig{Mode: sparse.StridedMode(mode), Stride: stride, Summary: summary})
+		},
+	},
+	{
+		Name:    "longformer",
+		Summary: "Longformer: sliding window plus global tokens (package sparse)",
+		Params: []Param{
+			{Name: "left", Default: "64", Doc: "keys visible before a query (tokens)"},
+			{Name: "right", Default: "64", Doc: "keys visible after a query (tokens); no effect when causal"},
+			{Name: "globals", Default: "0", Doc: "comma-separated global token positions, each below M (empty: none)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			left, err := p.Int("left", sparse.DefaultWindow, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			right, err := p.Int("right", sparse.DefaultWindow, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			globals, err := p.Ints("globals", []int{0}, 0, 1<<40)
+			if err != nil {
+				return nil, err
+			}
+			if globals == nil {
+				globals = []int{} // "globals=" means none; nil would mean the default {0}
+			}
+			if left == 0 && right == 0 {
+				return nil, fmt.Errorf("parameters left=0 and right=0 leave each query only itself and the globals; set one of them")
+			}
+			return sparse.NewLongformer(sparse.LongformerConfig{Left: left, Right: right, Globals: globals})
+		},
+	},
+	{
+		Name:    "bigbird",
+		Summary: "BigBird: window, global and random blocks, random blocks from -seed (package sparse)",
+		Params: []Param{
+			{Name: "block", Default: "64", Doc: "block size (tokens)"},
+			{Name: "window", Default: "3", Doc: "window blocks: the query's block and its neighbours (3: block ±1)"},
+			{Name: "globals", Default: "2", Doc: "leading global blocks: they see and are seen by all"},
+			{Name: "random", Default: "3", Doc: "random blocks per query block (causal: from the past only)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			cfg := sparse.BigBirdConfig{Seed: seed}
+			var err error
+			if cfg.Block, err = p.Int("block", 64, 1, 1<<40); err != nil {
+				return nil, err
+			}
+			if cfg.Window, err = p.Int("window", 3, 0, 1<<40); err != nil {
+				return nil, err
+			}
+			if cfg.Globals, err = p.Int("globals", 2, 0, 1<<40); err != nil {
+				return nil, err
+			}
+			if cfg.Random, err = p.Int("random", 3, 0, 1<<40); err != nil {
+				return nil, err
+			}
+			if cfg.Window == 0 && cfg.Globals == 0 && cfg.Random == 0 {
+				return nil, fmt.Errorf("parameters window, globals and random are all 0: no query would see a key")
+			}
+			return sparse.NewBigBird(cfg)
 		},
 	},
 	{
