@@ -245,12 +245,10 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 	for j0 := lo; j0 < hi; j0 += decodeBlock {
 		nb := min(decodeBlock, hi-j0)
 		k, v := c.rows(sc, base+j0*st, nb)
+		// Each key row is loaded once for all g query rows of the group.
+		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, k, st, nb, d)
 		for r := range g {
-			qr := sc.q[r*st:][:st]
 			sr := sc.s[r*decodeBlock:][:nb]
-			for j := range nb {
-				sr[j] = simd.Dot(qr, k[j*st:][:st])
-			}
 			if checkRows {
 				for j := range nb {
 					if pos := c.position(j0 + j); !c.visible(p, pos) || (!inclusive && pos == p) {
@@ -296,25 +294,13 @@ func (c *Cache) rows(sc *decodeScratch, off, nb int) (k, v []float32) {
 	case F32:
 		return c.kf[off:][:n], c.vf[off:][:n]
 	case BF16:
-		widenBF16(sc.kb[:n], c.kh[off:][:n])
-		widenBF16(sc.vb[:n], c.vh[off:][:n])
+		simd.WidenBF16(sc.kb[:n], c.kh[off:][:n])
+		simd.WidenBF16(sc.vb[:n], c.vh[off:][:n])
 	case F16:
-		widenF16(sc.kb[:n], c.kh[off:][:n])
-		widenF16(sc.vb[:n], c.vh[off:][:n])
+		simd.WidenF16(sc.kb[:n], c.kh[off:][:n])
+		simd.WidenF16(sc.vb[:n], c.vh[off:][:n])
 	}
 	return sc.kb[:n], sc.vb[:n]
-}
-
-func widenBF16(dst []float32, src []uint16) {
-	for i, h := range src {
-		dst[i] = half.BF16ToF32(h)
-	}
-}
-
-func widenF16(dst []float32, src []uint16) {
-	for i, h := range src {
-		dst[i] = half.F16ToF32(h)
-	}
 }
 
 // cacheKV lets the fused kernel read the held rows, in row order.

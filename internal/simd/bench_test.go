@@ -210,3 +210,73 @@ func BenchmarkReadGBps(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWiden reports the widening rate in ns an element and GB/s of
+// float32 output, from L1 (4096 values: 8 KiB in, 16 KiB out) and L2
+// (32768: 64 KiB in, 128 KiB out).
+func BenchmarkWidenBF16(b *testing.B) {
+	benchWiden(b, func(impl implementation) func([]float32, []uint16) { return impl.widenBF16 })
+}
+
+func BenchmarkWidenF16(b *testing.B) {
+	benchWiden(b, func(impl implementation) func([]float32, []uint16) { return impl.widenF16 })
+}
+
+func benchWiden(b *testing.B, kernel func(implementation) func([]float32, []uint16)) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		f := kernel(impl)
+		for _, n := range []int{64, 4096, 32768} {
+			b.Run(fmt.Sprint(n), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(13, 14))
+				src := make([]uint16, n)
+				for i := range src {
+					src[i] = uint16(r.Uint32()) &^ 0x4000 // finite values
+				}
+				dst := make([]float32, n)
+				call := func() { f(dst, src) }
+				for b.Loop() {
+					call()
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/float64(n), "ns/elem")
+				best := bestSeconds(call)
+				b.ReportMetric(best*1e9/float64(n), "best-ns/elem")
+				b.ReportMetric(float64(4*n)/best/1e9, "best-outGB/s")
+			})
+		}
+	})
+}
+
+// BenchmarkDotRows runs the decode-step shape, rows query heads against
+// 64 keys of d values, and reports the rate in GFLOP/s and in GB/s of
+// keys read (64·d·4 bytes a call); %peak is the best rate's share of
+// FMAPeak measured in the same run.
+func BenchmarkDotRows(b *testing.B) {
+	const n = 64
+	r := rand.New(rand.NewPCG(15, 16))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, rows := range []int{1, 2, 4, 7, 8} {
+			for _, d := range []int{64, 128} {
+				b.Run(fmt.Sprintf("rows%dd%d", rows, d), func(b *testing.B) {
+					q := randSlice(r, rows*d, -1, 1)
+					k := randSlice(r, n*d, -1, 1)
+					s := make([]float32, rows*n)
+					call := func() { impl.dotRows(s, n, q, d, rows, k, d, n, d) }
+					for b.Loop() {
+						call()
+					}
+					flops := 2 * float64(rows*n*d)
+					bytes := float64(4 * n * d)
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(flops/sec/1e9, "GFLOP/s")
+					b.ReportMetric(bytes/sec/1e9, "kGB/s")
+					best := bestSeconds(call)
+					b.ReportMetric(flops/best/1e9, "best-GFLOP/s")
+					b.ReportMetric(bytes/best/1e9, "best-kGB/s")
+					if impl.name == active.name {
+						b.ReportMetric(100*flops/best/1e9/peakOnce(), "%peak")
+					}
+				})
+			}
+		}
+	})
+}

@@ -14,6 +14,10 @@ type implementation struct {
 	axpy    func(a float32, x, y []float32) // len(y) >= len(x)
 	readSum func(x []float32) float32
 	fmaPeak func(iters int) float32
+
+	widenBF16 func(dst []float32, src []uint16) // len(dst) >= len(src)
+	widenF16  func(dst []float32, src []uint16) // len(dst) >= len(src)
+	dotRows   func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int)
 }
 
 var genericImpl = implementation{
@@ -27,6 +31,10 @@ var genericImpl = implementation{
 	axpy:    axpyGeneric,
 	readSum: readSumGeneric,
 	fmaPeak: fmaPeakGeneric,
+
+	widenBF16: widenBF16Generic,
+	widenF16:  widenF16Generic,
+	dotRows:   dotRowsGeneric,
 }
 
 // implementations lists every set of kernels this CPU can run, the
@@ -47,4 +55,8 @@ var (
 	axpy    = active.axpy
 	readSum = active.readSum
 	fmaPeak = active.fmaPeak
+
+	widenBF16 = active.widenBF16
+	widenF16  = active.widenF16
+	dotRows   = active.dotRows
 )

@@ -5,10 +5,16 @@ package simd
 import "golang.org/x/sys/cpu"
 
 // asmImplementations returns the assembly kernels of simd_amd64.s when
-// the CPU and the OS support AVX2 and FMA.
+// the CPU and the OS support AVX2 and FMA. WidenF16 also needs F16C,
+// which every CPU with AVX2 has (Intel since Ivy Bridge, AMD since
+// Piledriver); should one lack it, the Go WidenF16 stands in.
 func asmImplementations() []implementation {
 	if !cpu.X86.HasAVX || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
 		return nil
+	}
+	f16 := widenF16Generic
+	if cpu.X86.HasF16C {
+		f16 = widenF16AVX2
 	}
 	return []implementation{{
 		name:    "avx2",
@@ -21,5 +27,9 @@ func asmImplementations() []implementation {
 		axpy:    axpyAVX2,
 		readSum: readSumAVX2,
 		fmaPeak: fmaPeakAVX2,
+
+		widenBF16: widenBF16AVX2,
+		widenF16:  f16,
+		dotRows:   dotRowsAVX2,
 	}}
 }

@@ -214,3 +214,86 @@ func fmaPeakGeneric(iters int) float32 {
 	}
 	return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11
 }
+
+func widenBF16Generic(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+}
+
+func widenF16Generic(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = f16ToF32(h)
+	}
+}
+
+// f16ToF32 widens a binary16 value exactly, as VCVTPH2PS does: a NaN
+// keeps its sign and payload and is made quiet.
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	em := uint32(h & 0x7fff) // exponent and mantissa
+	var bits uint32
+	switch {
+	case em >= 0x7c00: // Inf or NaN
+		bits = 0x7f800000 | (em&0x3ff)<<13
+		if em != 0x7c00 {
+			bits |= 0x00400000 // quiet
+		}
+	case em >= 0x0400: // normal: rebias the exponent from 15 to 127
+		bits = em<<13 + (127-15)<<23
+	default: // zero or subnormal em·2^-24, a normal float32 (or 0)
+		bits = math.Float32bits(float32(em) * 0x1p-24)
+	}
+	return math.Float32frombits(sign | bits)
+}
+
+// dotRowsGeneric computes DotRows two query rows × two keys at a time,
+// four sums over the columns, so that each value loaded serves two
+// products; an odd last row or key goes through dotGeneric.
+func dotRowsGeneric(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	if d == 0 { // q and k may be empty
+		for r := range rows {
+			clear(s[r*lds:][:n])
+		}
+		return
+	}
+	r := 0
+	for ; r+2 <= rows; r += 2 {
+		q0 := q[r*ldq:][:d]
+		q1 := q[(r+1)*ldq:][:d]
+		s0 := s[r*lds:][:n]
+		s1 := s[(r+1)*lds:][:n]
+		j := 0
+		for ; j+2 <= n; j += 2 {
+			k0 := k[j*ldk:][:d]
+			k1 := k[(j+1)*ldk:][:d]
+			var a00, a01, a10, a11 float32
+			for c, x0 := range q0 {
+				x1, y0, y1 := q1[c], k0[c], k1[c]
+				a00 += x0 * y0
+				a01 += x0 * y1
+				a10 += x1 * y0
+				a11 += x1 * y1
+			}
+			s0[j], s0[j+1] = a00, a01
+			s1[j], s1[j+1] = a10, a11
+		}
+		if j < n {
+			kj := k[j*ldk:][:d]
+			s0[j] = dotGeneric(q0, kj)
+			s1[j] = dotGeneric(q1, kj)
+		}
+	}
+	if r < rows {
+		q0 := q[r*ldq:][:d]
+		s0 := s[r*lds:][:n]
+		for j := range s0 {
+			s0[j] = dotGeneric(q0, k[j*ldk:][:d])
+		}
+	}
+}

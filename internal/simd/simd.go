@@ -90,3 +90,64 @@ func FMAPeak(iters int) float32 { return fmaPeak(iters) }
 // Implementation names the kernels in use: "avx2" (assembly with AVX2
 // and FMA) or "generic" (plain Go).
 func Implementation() string { return active.name }
+
+// WidenBF16 sets dst[i] to the float32 whose bits are src[i]<<16: src
+// holds bfloat16 values, the upper halves of float32s, and the widening
+// is exact. dst and src must not overlap. It panics if len(dst) !=
+// len(src).
+func WidenBF16(dst []float32, src []uint16) {
+	if len(dst) != len(src) {
+		panic("simd: WidenBF16 with len(dst) != len(src)")
+	}
+	widenBF16(dst, src)
+}
+
+// WidenF16 sets dst[i] to the IEEE 754 binary16 value src[i] as a
+// float32, exactly: subnormal halves become normal floats, ±Inf stays
+// ±Inf, and a NaN keeps its sign and payload (shifted to the top of the
+// float32 mantissa), a signalling NaN being made quiet as the F16C
+// instruction VCVTPH2PS does. dst and src must not overlap. It panics if
+// len(dst) != len(src).
+func WidenF16(dst []float32, src []uint16) {
+	if len(dst) != len(src) {
+		panic("simd: WidenF16 with len(dst) != len(src)")
+	}
+	widenF16(dst, src)
+}
+
+// DotRows sets s[r*lds+j] to the dot product of row r of q (q[r*ldq:],
+// d values) and row j of k (k[j*ldk:], d values) for every r < rows and
+// j < n: the scores of rows query heads against n cached keys. Each key
+// row is read from memory once for all the query rows, which makes it
+// the kernel of a memory-bound decode step with grouped-query attention.
+// The sums are added in an unspecified order.
+//
+// Any d works, with no read past the d values of a row; d = 0 gives
+// zeros. s must not overlap q or k. DotRows panics if a size is
+// negative, a stride is shorter than its row (lds < n, ldq < d, ldk < d)
+// or a slice is too short for its rows.
+func DotRows(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRows(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+func checkDotRows(ls, lds, lq, ldq, rows, lk, ldk, n, d int) {
+	if rows < 0 || n < 0 || d < 0 {
+		panic("simd: DotRows with a negative size")
+	}
+	if rows == 0 || n == 0 {
+		return
+	}
+	if lds < n || ls < (rows-1)*lds+n {
+		panic("simd: DotRows with s too short or lds < n")
+	}
+	if d == 0 {
+		return
+	}
+	if ldq < d || lq < (rows-1)*ldq+d {
+		panic("simd: DotRows with q too short or ldq < d")
+	}
+	if ldk < d || lk < (n-1)*ldk+d {
+		panic("simd: DotRows with k too short or ldk < d")
+	}
+}

@@ -543,6 +543,16 @@ func TestArgumentChecks(t *testing.T) {
 		{"Exp", func() { Exp(s[:3], s[:4]) }},
 		{"Dot", func() { Dot(s[:3], s[:4]) }},
 		{"Axpy", func() { Axpy(1, s[:4], s[:3]) }},
+		{"WidenBF16", func() { WidenBF16(s[:3], make([]uint16, 4)) }},
+		{"WidenF16", func() { WidenF16(s[:4], make([]uint16, 3)) }},
+		{"DotRows negative", func() { DotRows(s, 4, s, 4, -1, s, 4, 4, 4) }},
+		{"DotRows d<0", func() { DotRows(s, 4, s, 4, 1, s, 4, 4, -1) }},
+		{"DotRows lds", func() { DotRows(s, 3, s, 4, 2, s, 4, 4, 4) }},
+		{"DotRows short s", func() { DotRows(s[:7], 4, s, 4, 2, s, 4, 4, 4) }},
+		{"DotRows ldq", func() { DotRows(s, 4, s, 3, 2, s, 4, 4, 4) }},
+		{"DotRows short q", func() { DotRows(s, 4, s[:7], 4, 2, s, 4, 4, 4) }},
+		{"DotRows ldk", func() { DotRows(s, 4, s, 4, 2, s, 3, 4, 4) }},
+		{"DotRows short k", func() { DotRows(s, 4, s, 4, 2, s[:15], 4, 4, 4) }},
 	} {
 		func() {
 			defer func() {
@@ -566,6 +576,10 @@ func TestArgumentChecks(t *testing.T) {
 			t.Fatalf("Gemm with k=0 left %v in C, want 0", v)
 		}
 	}
+	DotRows(nil, 0, nil, 0, 0, nil, 0, 5, 5)
+	DotRows(nil, 0, nil, 0, 5, nil, 0, 0, 5)
+	DotRows(s[:8], 4, nil, 0, 2, nil, 0, 4, 0)
+	DotRows(s[:8], 4, s[:7], 4, 2, s[:15], 4, 4, 3) // rows shorter than their strides at the end
 }
 
 // TestExported runs the exported functions once each, on the
@@ -602,5 +616,19 @@ func TestExported(t *testing.T) {
 	}
 	if v := FMAPeak(10); v <= 0 {
 		t.Errorf("FMAPeak: %v", v)
+	}
+	w := make([]float32, 2)
+	WidenBF16(w, []uint16{0x3f80, 0xc040})
+	if w[0] != 1 || w[1] != -3 {
+		t.Errorf("WidenBF16: %v", w)
+	}
+	WidenF16(w, []uint16{0x3c00, 0x0001})
+	if w[0] != 1 || w[1] != 0x1p-24 {
+		t.Errorf("WidenF16: %v", w)
+	}
+	sc := make([]float32, 4)
+	DotRows(sc, 2, []float32{1, 2, 3, 4}, 2, 2, []float32{1, 0, 0, 1}, 2, 2, 2)
+	if sc[0] != 1 || sc[1] != 2 || sc[2] != 3 || sc[3] != 4 {
+		t.Errorf("DotRows: %v", sc)
 	}
 }

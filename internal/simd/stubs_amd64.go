@@ -48,3 +48,19 @@ func readSumAVX2(x []float32) float32
 // fmaPeakAVX2 runs iters rounds of 12 independent ymm FMAs
 // (192 flops a round) and returns a sum of the results.
 func fmaPeakAVX2(iters int) float32
+
+// widenBF16AVX2 sets dst[i] to the float32 whose bits are src[i]<<16; len(dst) >= len(src).
+//
+//go:noescape
+func widenBF16AVX2(dst []float32, src []uint16)
+
+// widenF16AVX2 sets dst[i] to the binary16 value src[i] as a float32; len(dst) >= len(src). It needs F16C.
+//
+//go:noescape
+func widenF16AVX2(dst []float32, src []uint16)
+
+// dotRowsAVX2 sets s[r*lds+j] = Σ_c q[r*ldq+c]·k[j*ldk+c] for r < rows, j < n, c < d
+// (see DotRows); the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int)

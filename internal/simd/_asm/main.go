@@ -9,8 +9,11 @@
 package main
 
 import (
+	"flag"
+	"log"
 	"math"
 	"os"
+	"regexp"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -35,8 +38,25 @@ func main() {
 	axpy()
 	readSum()
 	fmaPeak()
+	widenBF16()
+	widenF16()
+	dotRows()
 
 	Generate()
+	checkRegisters(flag.Lookup("out").Value.String())
+}
+
+// checkRegisters fails if the register allocator, short of the 16 AVX2
+// registers, used X16..X31 or Y16..Y31: instructions with them assemble
+// as AVX-512 and fault on AVX2-only CPUs.
+func checkRegisters(file string) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if m := regexp.MustCompile(`\b[XYZ](1[6-9]|2[0-9]|3[01])\b`).Find(src); m != nil {
+		log.Fatalf("%s uses %s, an AVX-512 register", file, m)
+	}
 }
 
 // Vector constants: 8 copies of a float32, 32 bytes each, so that they
