@@ -9,12 +9,14 @@ package registry
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/hyper"
 	"github.com/attnkit/attn/linear"
 	"github.com/attnkit/attn/linformer"
 	"github.com/attnkit/attn/performer"
@@ -233,6 +235,53 @@ var entries = []Entry{
 				return nil, err
 			}
 			return m, nil
+		},
+	},
+	{
+		Name:    "hyper",
+		Summary: "HyperAttention: sortLSH blocks + uniform column samples + causal recursion (package hyper)",
+		Params: []Param{
+			{Name: "projs", Default: "7", Doc: "LSH projections (random hyperplanes), 1 to 30: 2^projs buckets"},
+			{Name: "block", Default: "256", Doc: "keys per block of the block-diagonal part (tokens); 0: no block part, samples only"},
+			{Name: "samples", Default: "256", Doc: "sampled key columns per query block; 0: no samples, blocks only"},
+			{Name: "min", Default: "4096", Doc: "exact attention below this many queries or keys (tokens); 0: never falls back"},
+			{Name: "sampling", Default: "uniform", Doc: "uniform, or vnorm: the product with V from columns drawn by squared value norm (paper)"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			projs, err := p.Int("projs", hyper.DefaultProjs, 1, hyper.MaxProjs)
+			if err != nil {
+				return nil, err
+			}
+			block, err := p.Int("block", hyper.DefaultBlock, 0, math.MaxInt32)
+			if err != nil {
+				return nil, err
+			}
+			samples, err := p.Int("samples", hyper.DefaultSamples, 0, math.MaxInt32)
+			if err != nil {
+				return nil, err
+			}
+			minLen, err := p.Int("min", hyper.DefaultMin, 0, math.MaxInt32)
+			if err != nil {
+				return nil, err
+			}
+			sampling, err := p.String("sampling", "uniform", "uniform", "vnorm")
+			if err != nil {
+				return nil, err
+			}
+			cfg := hyper.Config{Projs: projs, Block: block, Samples: samples, Min: minLen, Seed: seed}
+			if block == 0 {
+				cfg.Block = -1
+			}
+			if samples == 0 {
+				cfg.Samples = -1
+			}
+			if minLen == 0 {
+				cfg.Min = -1
+			}
+			if sampling == "vnorm" {
+				cfg.Sampling = hyper.ValueNorm
+			}
+			return hyper.New(cfg)
 		},
 	},
 }

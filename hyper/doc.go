@@ -1,0 +1,124 @@
+// Package hyper is HyperAttention (Han, Jayaram, Karbasi, Mirrokni, Woodruff
+// and Zandieh, "HyperAttention: Long-context Attention in Near-Linear Time",
+// arXiv 2310.05869): an approximation of softmax attention that computes
+// the large entries of the attention matrix exactly and estimates the rest
+// from a few sampled columns.
+//
+// # Algorithm
+//
+// For one batch row and key/value head, with queries Q (every query head
+// of the GQA group) and the valid keys K, V:
+//
+//  1. sortLSH. r random Gaussian directions (Config.Projs, default 7)
+//     give each vector an r-bit sign pattern; its bucket is the rank of
+//     that pattern in the reflected Gray code (GrayRank), so buckets of
+//     adjacent rank differ in one sign. Queries (per head) and keys are
+//     sorted by bucket independently, ties in input order.
+//  2. Block-diagonal part. The n sorted keys are cut into nb =
+//     ceil(n/Block) blocks of as equal sizes as possible (no padding, so no
+//     padded key is ever counted), the sorted queries into as many, and
+//     query block b attends exactly, by the fused kernel of package flash,
+//     to key block b. Blocks are gathered into per-worker scratch, eight
+//     at a time as the batch of one kernel call; the tensors are never
+//     copied whole.
+//  3. Sampled part. Samples columns (default 256) are drawn uniformly,
+//     without replacement, from the n keys, once for the whole problem as
+//     in the paper, and gathered once. Query block b attends exactly to
+//     the c_b of them that lie outside its own key block (those inside are
+//     one run of the samples sorted by position, left out), and
+//     log(R_b/c_b) is added to that log-sum-exp, R_b being
+//     the number of keys outside the block: given c_b, those samples are a
+//     uniform sample of the R_b keys, so this is an unbiased estimate of
+//     the normaliser over them, and the output the matching estimate of
+//     their average value. With Samples >= n every key is taken, c_b = R_b,
+//     and the part is exact. Sampling.ValueNorm replaces the product with
+//     V by the paper's approximate matrix product from columns drawn by
+//     squared value norm.
+//  4. The two parts cover disjoint keys and merge by attn.Merge:
+//     L = logaddexp(L1, L2), O = e^{L1-L}·O1 + e^{L2-L}·O2. The lse
+//     returned is this estimate of the log normaliser.
+//
+// # Causal masks
+//
+// Under a causal mask (bottom-right aligned: query i sits at position
+// M-N+i) the keys before the first query position form one unmasked
+// rectangle, approximated as above, and positions [max(M-N, 0), M) a causal
+// square. A square is split at its middle into two causal halves, handled
+// the same way, and the rectangle of the later half's queries against the
+// earlier half's keys, which no mask touches and which is approximated as
+// above. The halving stops when a half would be shorter than Min or would
+// fit in one block (its rectangle would be exact anyway); those leaves are
+// computed exactly, all in one block-sparse call of the flash kernel. Any
+// N and M work: halves differ by at most one position, nothing is padded.
+//
+// No key after position t is ever used for the output at t: every
+// rectangle holds keys earlier than all of its queries. The choice of keys
+// does depend on later tokens, though, through the sort of queries: a
+// rectangle's queries, later ones included, are sorted together, so a
+// later query can move query t into another block, with other block keys
+// and other samples. The keys and values after t never matter, and the
+// output at t does not change when they do; a later query may change it.
+//
+// # Exact fallback
+//
+// A call with fewer than Min queries or fewer than Min keys (default 4096)
+// is computed by the exact kernel, bit for bit its result; so is every
+// rectangle of the causal recursion below Min (after key padding) and
+// every leaf. Min < 0 never falls back.
+//
+// # Masks, heads and lengths
+//
+// Key padding (Options.KVLen) removes keys before anything else: they are
+// not hashed, sorted, blocked or sampled, and the result equals the call on
+// the truncated keys without a causal mask. GQA uses each key/value head
+// once for its whole group: the group's query blocks share the key block
+// and the samples, and K and V are never expanded. N and M may differ;
+// query blocks then hold about N/nb queries each. A query that sees no key
+// gets output 0 and lse -Inf.
+//
+// # Randomness
+//
+// Everything random comes from Config.Seed, with PCG generators of
+// math/rand/v2, and is drawn during Forward, so the same seed and inputs
+// give the same output whatever the number of workers:
+//   - The projections: r·D standard normals from PCG(Seed, 0x9e3779b97f4a7c15),
+//     projection by projection, shared by every batch row and head.
+//   - The samples of each problem (the whole call without a causal mask,
+//     each rectangle of the recursion with one) for one batch row and
+//     key/value head: PCG(Seed, s) with s a SplitMix64 hash of the batch
+//     row, the key/value head and the problem's query and key ranges
+//     (after padding). Uniform samples are Floyd's algorithm over the
+//     positions in key-sort order (a partial Fisher–Yates shuffle when more
+//     than an eighth of the keys are taken); value-norm samples then draw
+//     Samples more positions, with replacement, from the same stream.
+//
+// # Cost
+//
+// Without a causal mask, about 4·N·(Block+Samples)·D flops per query head
+// (against 4·N·M·D exact) plus O((N+M)·D·r) for hashing and O(N+M) per head
+// for sorting (a counting sort for r <= 16); memory: the buckets and sort
+// orders (O(B·(H·N + Hkv·M)) words), the gathered samples of each problem
+// (2·Samples·D floats) and per worker scratch of a few blocks.
+// Causal: the leaves, exact and causal, are shorter than
+// max(2·Min, 2·Block+2) positions, so they hold at most N·max(Min, Block+1)
+// (query, key) pairs; each of the about log2(N/Min) levels of halving adds
+// N/2 queries at Block+Samples keys each. At N = 131072 and the defaults
+// the pair count is 256 times below exact attention, about 20 times causal.
+//
+// # Errors
+//
+// Bad shapes and options return errors wrapping attn.ErrShape or
+// attn.ErrInput (by attn.Check, first), and a bad Config from New wraps
+// attn.ErrInput; lengths past 2^31-1 return attn.ErrUnsupported. A
+// cancelled context stops the call between blocks with ctx.Err(). NaN in
+// the inputs propagates as in the exact kernel.
+//
+// # Differences from the authors' code
+//
+// The reference implementation (insuhan/hyper-attn) orders buckets by
+// gray(pattern) rather than by Gray rank, so about a quarter of adjacent
+// buckets differ in more than one sign; pads the last key block with zero
+// keys that then enter the normaliser unmasked; on its CUDA path counts
+// sampled keys that fall in the query's own block twice; and has no key
+// padding, GQA or N ≠ M causal alignment. None of that is copied here.
+package hyper
