@@ -2,21 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"math"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/eval"
 	"github.com/attnkit/attn/ref"
 	"github.com/attnkit/attn/registry"
 )
@@ -25,41 +24,12 @@ import (
 // computation every kernel is checked against.
 const refMech = "ref"
 
-// benchResults is the -out DIR/results.json document (DESIGN.md §5).
-type benchResults struct {
-	Version string     `json:"version"`
-	Machine machine    `json:"machine"`
-	Rows    []benchRow `json:"rows"`
-}
-
-type machine struct {
-	CPU     string `json:"cpu"`
-	Threads int    `json:"threads"`
-	// PeakGFlops and DRAMGBps are 0 until the probes that measure them
-	// exist; readers must treat 0 as "not measured".
-	PeakGFlops float64 `json:"peak_gflops"`
-	DRAMGBps   float64 `json:"dram_gbps"`
-}
-
-type benchRow struct {
-	Mode       string            `json:"mode"`
-	Mech       string            `json:"mech"`
-	B          int               `json:"b"`
-	H          int               `json:"h"`
-	HKV        int               `json:"hkv"`
-	N          int               `json:"n"`
-	M          int               `json:"m"`
-	D          int               `json:"d"`
-	Causal     bool              `json:"causal"`
-	DType      string            `json:"dtype"`
-	Params     map[string]string `json:"params"`
-	Seconds    float64           `json:"seconds"`
-	GFlops     float64           `json:"gflops"`
-	GBps       float64           `json:"gbps"`
-	ExtraBytes uint64            `json:"extra_bytes"`
-	RelErr     *float64          `json:"rel_err"`
-	Skipped    string            `json:"skipped"`
-}
+// The registry as the commands see it; tests replace these to add a
+// mechanism that fails on purpose.
+var (
+	lookupMech    = registry.Lookup
+	registryNames = registry.Names
+)
 
 // causalFlag is a boolean flag with a third state, unset, meaning both.
 type causalFlag struct{ set, v bool }
@@ -80,37 +50,72 @@ func (c *causalFlag) values() []bool {
 }
 
 type benchConfig struct {
-	mode, dtype      string
-	mechs            []string
-	ns               []int
-	b, h, hkv, d     int
-	causal           []bool
-	reps, workers    int
-	seed             uint64
-	set              []string
-	refBudget        float64
-	rowBudget        time.Duration
-	progress, stdout io.Writer
+	mode, dtype   string
+	mechs         []string
+	ns            []int
+	b, h, hkv, d  int
+	causal        []bool
+	reps, workers int
+	seed          uint64
+	set           []string
+	// Budgets; 0 means no limit. refBudget and callBudget bound the
+	// forecast time of one call (of ref, of anything else), rowTime the
+	// time spent repeating one row's timed calls, budget the whole sweep.
+	refBudget, callBudget, rowTime, budget time.Duration
+	memBudget                              float64 // bytes
+	maxErr                                 float64
+	paretoN                                int
+	input                                  string // eval.Gaussian or eval.Planted
+	probe                                  bool
+	command                                string
+	stderr                                 io.Writer
+	start                                  time.Time // of the command, for -budget
+}
+
+// defaultMemBudget is half the memory available now, or 8 GiB where that
+// cannot be read.
+func defaultMemBudget() float64 {
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "MemAvailable:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					return kb * 1024 / 2
+				}
+			}
+		}
+	}
+	return 8 << 30
 }
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("attn bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	mode := fs.String("mode", "prefill", "prefill (decode arrives with the KV cache)")
-	mechs := fs.String("mech", refMech+",exact", "comma-separated `mechanisms`: "+refMech+" (float64 reference), "+strings.Join(registry.Names(), ", "))
-	ns := fs.String("n", "512,1024,2048,4096", "comma-separated query `lengths` (keys: the same)")
+	all := append([]string{refMech}, registryNames()...)
+	mode := fs.String("mode", "prefill", "prefill|decode (decode arrives with the KV cache)")
+	mechs := fs.String("mech", strings.Join(all, ","), "comma-separated `mechanisms`: "+refMech+" (float64 reference) or registered ones")
+	ns := fs.String("n", "512,1024,2048,4096,8192,16384", "comma-separated query `lengths` (keys: the same)")
 	b := fs.Int("b", 1, "batch size")
 	h := fs.Int("h", 8, "query heads")
 	hkv := fs.Int("hkv", 0, "key/value heads (0: same as -h)")
 	d := fs.Int("d", 64, "head size")
 	var causal causalFlag
 	fs.Var(&causal, "causal", "causal rows only (-causal=false: non-causal only; unset: both)")
-	dtype := fs.String("dtype", "f32", "storage type of K and V: f32")
-	reps := fs.Int("reps", 5, "timed repetitions per row (median reported)")
+	dtype := fs.String("dtype", "f32", "storage type of K and V: f32|bf16|f16 (prefill: f32)")
+	reps := fs.Int("reps", 5, "timed calls per row after one warm-up (median reported)")
 	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
 	seed := fs.Uint64("seed", 1, "seed for inputs and randomised mechanisms")
-	refBudget := fs.Float64("ref-budget", 20, "skip "+refMech+" rows estimated to take more than this many `seconds`")
-	out := fs.String("out", "", "write `DIR`/results.json")
+	refBudget := fs.Duration("ref-budget", 20*time.Second, "skip "+refMech+" rows forecast to take longer than this per call (0: no limit)")
+	callBudget := fs.Duration("call-budget", 60*time.Second, "skip other rows forecast to take longer than this per call (0: no limit)")
+	rowTime := fs.Duration("row-time", 3*time.Second, "stop repeating a row's timed calls after this long")
+	budget := fs.Duration("budget", 8*time.Minute, "skip rows that would take the whole sweep past this (0: no limit)")
+	memBudget := fs.Float64("mem-budget", defaultMemBudget()/(1<<30), "skip rows forecast to need more than this many `GiB` (inputs and allocations)")
+	maxErr := fs.Float64("max-err", 0.1, "error bound of the summary: the fastest mechanism with relative error at most this")
+	paretoN := fs.Int("pareto-n", 0, "length of the report's speed/error plot (0: the longest at which exact ran)")
+	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth first (about 1 s)")
+	input := fs.String("input", eval.Gaussian, "inputs: gaussian (i.i.d. normal) or planted (heavy-hitter keys; see attn accuracy)")
+	accN := fs.Int("accuracy-n", 2048, "with -out, also sweep each mechanism's budget at this `length` for the report, as attn accuracy does (0: no)")
+	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html")
 	var set listFlag
 	fs.Var(&set, "set", "mechanism parameter `name=value` (repeatable) for the mechanisms that know it")
 	if err := parseFlags(fs, args); err != nil {
@@ -118,9 +123,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg := benchConfig{
 		mode: *mode, dtype: *dtype, b: *b, h: *h, hkv: *hkv, d: *d,
-		causal: causal.values(), reps: *reps, workers: *workers, seed: *seed,
-		set: set, refBudget: *refBudget, rowBudget: 10 * time.Second,
-		progress: stderr, stdout: stdout,
+		causal: causal.values(), reps: *reps, workers: *workers, seed: *seed, set: set,
+		refBudget: *refBudget, callBudget: *callBudget, rowTime: *rowTime, budget: *budget,
+		memBudget: *memBudget * (1 << 30), maxErr: *maxErr, paretoN: *paretoN, probe: *probe, input: *input,
+		command: "attn bench " + strings.Join(args, " "), stderr: stderr, start: time.Now(),
 	}
 	if cfg.hkv == 0 {
 		cfg.hkv = cfg.h
@@ -129,112 +135,516 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.ns, err = registry.ParseInts("-n", *ns, 1, 1<<24); err != nil {
 		return err
 	}
-	cfg.mechs = strings.Split(*mechs, ",")
+	slices.Sort(cfg.ns)
+	cfg.ns = slices.Compact(cfg.ns)
+	for m := range strings.SplitSeq(*mechs, ",") {
+		if m = strings.TrimSpace(m); m != "" && !slices.Contains(cfg.mechs, m) {
+			cfg.mechs = append(cfg.mechs, m)
+		}
+	}
 	switch {
-	case cfg.mode != "prefill":
-		return fmt.Errorf("-mode %q: only prefill is implemented", cfg.mode)
+	case cfg.mode == "decode" && benchModes["decode"] == nil:
+		return fmt.Errorf("-mode decode: only prefill is implemented until the KV cache (package kvcache) lands")
+	case benchModes[cfg.mode] == nil:
+		return fmt.Errorf("-mode %q: want prefill or decode", cfg.mode)
 	case cfg.dtype != "f32":
 		return fmt.Errorf("-dtype %q: prefill supports f32 only", cfg.dtype)
 	case cfg.reps < 1:
 		return fmt.Errorf("-reps %d: want at least 1", cfg.reps)
 	case len(cfg.ns) == 0:
 		return fmt.Errorf("-n: no lengths")
+	case len(cfg.mechs) == 0:
+		return fmt.Errorf("-mech: no mechanisms")
+	case cfg.refBudget < 0 || cfg.callBudget < 0 || cfg.rowTime < 0 || cfg.budget < 0 || cfg.memBudget < 0:
+		return fmt.Errorf("budgets must not be negative")
+	case cfg.input != eval.Gaussian && cfg.input != eval.Planted:
+		return fmt.Errorf("-input %q: want %s or %s", cfg.input, eval.Gaussian, eval.Planted)
+	case !(cfg.maxErr >= 0):
+		return fmt.Errorf("-max-err %v: want >= 0", cfg.maxErr)
 	}
 	res, err := bench(ctx, cfg)
+	if res == nil {
+		return err
+	}
+	// Print and save what was measured even when interrupted.
+	eval.WriteBenchTables(stdout, res)
+	if err == nil && *out != "" && *accN > 0 {
+		res.Accuracy, err = benchAccuracy(ctx, cfg, *accN)
+		if res.Accuracy != nil {
+			fmt.Fprintln(stdout)
+			eval.WriteAccuracyTables(stdout, res.Accuracy)
+		}
+	}
+	eval.WriteSummary(stdout, res)
+	if *out != "" {
+		keep := func(old *eval.Results) {
+			if res.Accuracy == nil {
+				res.Accuracy = old.Accuracy
+			}
+		}
+		if serr := saveMerged(*out, res, keep); serr != nil {
+			return errors.Join(err, serr)
+		}
+	}
+	return err
+}
+
+// benchAccuracy runs the accuracy sweep of the benchmarked mechanisms at
+// length n on the benchmark's kind of inputs, for the report, within what is left of
+// -budget; nil when there is nothing to sweep or no time left.
+func benchAccuracy(ctx context.Context, cfg benchConfig, n int) (*eval.Accuracy, error) {
+	var names []string
+	for _, m := range cfg.mechs {
+		if m != refMech && m != "exact" {
+			names = append(names, m)
+		}
+	}
+	var deadline time.Time
+	if cfg.budget > 0 {
+		deadline = cfg.start.Add(cfg.budget)
+		if time.Now().After(deadline) {
+			fmt.Fprintf(cfg.stderr, "no accuracy sweep: -budget %s is spent\n", cfg.budget)
+			return nil, nil
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	return runAccuracy(ctx, accuracyConfig{
+		names: names, set: cfg.set,
+		s: attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d},
+		o: attn.Options{Workers: cfg.workers}, input: cfg.input, seeds: 1, seed: cfg.seed, deadline: deadline,
+		command: fmt.Sprintf("attn bench -accuracy-n %d (the sweeps of attn accuracy -n %d)", n, n), stderr: cfg.stderr,
+	})
+}
+
+// saveMerged writes res to dir, first letting keep copy from the
+// results.json already there the part of it that res does not replace.
+func saveMerged(dir string, res *eval.Results, keep func(old *eval.Results)) error {
+	old, err := eval.Load(dir)
 	if err != nil {
 		return err
 	}
-	printTable(stdout, res)
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			return err
+	if old != nil {
+		keep(old)
+	}
+	return res.Save(dir)
+}
+
+// mechanism is one row source of a sweep.
+type mechanism struct {
+	name   string
+	m      attn.Mechanism // nil for ref
+	params map[string]string
+}
+
+// buildMechs builds the selected mechanisms with the -set values each
+// knows. Unknown names, bad parameters and a -set that no selected
+// mechanism knows (a typo, most likely) fail the command.
+func buildMechs(names, set []string, seed uint64) ([]mechanism, error) {
+	if err := checkSettings(names, set); err != nil {
+		return nil, err
+	}
+	var out []mechanism
+	for _, name := range names {
+		if name == refMech {
+			out = append(out, mechanism{name: name, params: map[string]string{}})
+			continue
 		}
-		buf, err := json.MarshalIndent(res, "", "  ")
+		e, err := lookupMech(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(*out, "results.json"), append(buf, '\n'), 0o644); err != nil {
-			return err
+		p, ps, err := settingsFor(e, set)
+		if err != nil {
+			return nil, err
+		}
+		m, err := e.New(p, seed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, mechanism{name: name, m: m, params: ps})
+	}
+	return out, nil
+}
+
+// checkSettings fails on a -set that is not name=value or whose name no
+// mechanism among names documents.
+func checkSettings(names, set []string) error {
+	if _, err := registry.ParseSettings(set); err != nil {
+		return err
+	}
+	for _, kv := range set {
+		name, _, _ := strings.Cut(kv, "=")
+		name = strings.TrimSpace(name)
+		known := false
+		for _, m := range names {
+			if e, err := lookupMech(m); err == nil &&
+				slices.ContainsFunc(e.Params, func(p registry.Param) bool { return p.Name == name }) {
+				known = true
+			}
+		}
+		if !known {
+			return fmt.Errorf("-set %s: no selected mechanism has a parameter %q (see attn run -mech NAME -h)", kv, name)
 		}
 	}
 	return nil
 }
 
+// settingsFor keeps the -set values that entry e documents.
+func settingsFor(e registry.Entry, set []string) (*registry.Params, map[string]string, error) {
+	var mine []string
+	ps := map[string]string{}
+	for _, kv := range set {
+		name, value, _ := strings.Cut(kv, "=")
+		name = strings.TrimSpace(name)
+		if slices.ContainsFunc(e.Params, func(p registry.Param) bool { return p.Name == name }) {
+			mine = append(mine, kv)
+			ps[name] = strings.TrimSpace(value)
+		}
+	}
+	p, err := registry.ParseSettings(mine)
+	return p, ps, err
+}
+
+// sweep is the state of one bench run: the forecasts of every series and
+// the clock of the whole.
+type sweep struct {
+	cfg    benchConfig
+	start  time.Time
+	growth map[string]*eval.Growth // by mechanism and mask
+	prog   *progress
+	// baseline is exact attention for the errors when no row runs it.
+	baseline attn.Mechanism
+}
+
+func (sw *sweep) growthOf(name string, causal bool) *eval.Growth {
+	k := fmt.Sprintf("%s/%v", name, causal)
+	if sw.growth[k] == nil {
+		sw.growth[k] = &eval.Growth{}
+	}
+	return sw.growth[k]
+}
+
 // bench runs the sweep. Mechanism construction errors fail the command;
-// errors of one row are recorded in that row as skipped.
-func bench(ctx context.Context, cfg benchConfig) (*benchResults, error) {
-	mechs := map[string]attn.Mechanism{}
-	params := map[string]map[string]string{}
-	for _, name := range cfg.mechs {
-		if name == refMech {
-			continue
+// an error of one row is recorded in that row as its skip reason. When ctx
+// ends it returns the rows so far with ctx's error.
+func bench(ctx context.Context, cfg benchConfig) (*eval.Results, error) {
+	mechs, err := buildMechs(cfg.mechs, cfg.set, cfg.seed)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range cfg.ns {
+		s := attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d}
+		if err := s.Validate(); err != nil {
+			return nil, err
 		}
-		e, err := registry.Lookup(name)
+	}
+	threads := cfg.workers
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	res := &eval.Results{Version: attn.Version, Machine: eval.ProbeMachine(threads, cfg.probe)}
+	if m := res.Machine; m.PeakGFlops > 0 {
+		fmt.Fprintf(cfg.stderr, "measured peak %.1f GFLOP/s, DRAM read %.1f GB/s on %d threads\n", m.PeakGFlops, m.DRAMGBps, threads)
+	}
+	sw := &sweep{cfg: cfg, start: cfg.start, growth: map[string]*eval.Growth{}}
+	needsBaseline := slices.ContainsFunc(cfg.mechs, func(m string) bool { return m != refMech && m != "exact" })
+	if needsBaseline && !slices.Contains(cfg.mechs, "exact") {
+		e, err := lookupMech("exact")
 		if err != nil {
 			return nil, err
 		}
-		p, ps, err := settingsFor(e, cfg.set)
+		p, err := registry.ParseSettings(nil)
 		if err != nil {
 			return nil, err
 		}
-		if mechs[name], err = e.New(p, cfg.seed); err != nil {
+		if sw.baseline, err = e.New(p, cfg.seed); err != nil {
 			return nil, err
 		}
-		params[name] = ps
 	}
-	res := &benchResults{Version: attn.Version, Machine: probeMachine()}
-	total := len(cfg.causal) * len(cfg.ns) * len(cfg.mechs)
-	for _, causal := range cfg.causal {
-		for _, n := range cfg.ns {
-			s := attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d}
-			if err := s.Validate(); err != nil {
-				return nil, err
+	sw.prog = newProgress(cfg.stderr, len(cfg.ns)*len(cfg.causal)*len(mechs), cfg.budget)
+	rows, err := benchModes[cfg.mode](sw, ctx, mechs)
+	sw.prog.finish()
+	for i := range rows {
+		r := &rows[i]
+		if r.Mech == "exact" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
+			r.PeakPct = 100 * r.GFlops / res.Machine.PeakGFlops
+		}
+	}
+	sortRows(rows, cfg.mechs)
+	res.Rows = rows
+	res.Bench = &eval.BenchInfo{
+		Command: cfg.command, Date: time.Now().Format(time.RFC3339), Seconds: time.Since(sw.start).Seconds(),
+		Input: cfg.input, MaxErr: cfg.maxErr, ParetoN: cfg.paretoN,
+		Summary: eval.Summarize(rows, cfg.maxErr, cfg.input),
+	}
+	return res, err
+}
+
+// benchModes maps -mode to the sweep that produces its rows. A mode's rows
+// carry its name in Row.Mode; the tables, summary and report group by it,
+// so a new mode (decode: one query against a KV cache of each length, with
+// GBps of K/V read) needs only its function here.
+var benchModes = map[string]func(sw *sweep, ctx context.Context, mechs []mechanism) ([]eval.Row, error){
+	"prefill": (*sweep).prefill,
+}
+
+// prefill times every mechanism on one prompt of each length, shortest
+// first so that each row's cost is forecast from the shorter ones.
+func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, error) {
+	cfg := sw.cfg
+	var rows []eval.Row
+	hasRef := slices.ContainsFunc(mechs, func(m mechanism) bool { return m.name == refMech })
+	for _, n := range cfg.ns {
+		c := prefillCase{s: attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d}}
+		s := c.s
+		// What stays allocated while the rows of this length run: Q, K, V,
+		// one output and lse written by the row under test, exact's kept
+		// as the baseline, ref's float64 one, and a head of differences.
+		c.resident = 4 * float64(2*s.KVLen()+3*s.QLen()+2*s.LSELen())
+		if hasRef {
+			c.resident += 8 * float64(s.QLen()+s.LSELen())
+		}
+		c.resident += 8 * float64(s.N*s.D)
+		fits := c.resident <= cfg.memBudget
+		if fits {
+			c.out, c.lse = make([]float32, s.QLen()), make([]float32, s.LSELen())
+		}
+		for i, causal := range cfg.causal {
+			c.o = attn.Options{Causal: causal, Workers: cfg.workers}
+			// Planted keys must be visible to their query under the mask,
+			// so planted inputs are drawn per mask; Gaussian ones once.
+			if fits && (i == 0 || cfg.input == eval.Planted) {
+				var err error
+				if c.in, err = eval.Generate(cfg.input, s, causal, cfg.seed+uint64(n)); err != nil {
+					return rows, err
+				}
 			}
-			rng := rand.New(rand.NewPCG(cfg.seed, uint64(n)))
-			q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
-			o := attn.Options{Causal: causal, Workers: cfg.workers}
-			var exactOut []float32
-			var refOut []float64
-			for _, name := range orderForBaseline(cfg.mechs) {
-				if err := ctx.Err(); err != nil {
-					return nil, err
+			c.refBase, c.exactBase = nil, nil
+			for _, mech := range orderForBaseline(mechs) {
+				mask := "full"
+				if causal {
+					mask = "causal"
 				}
-				fmt.Fprintf(cfg.progress, "[%d/%d] %s n=%d causal=%v\n", len(res.Rows)+1, total, name, n, causal)
-				row := benchRow{
-					Mode: cfg.mode, Mech: name, B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: s.M, D: s.D,
-					Causal: causal, DType: cfg.dtype, Params: params[name],
+				sw.prog.begin(fmt.Sprintf("%s n=%d %s", mech.name, n, mask))
+				row, err := sw.prefillRow(ctx, &c, mech)
+				rows = append(rows, row)
+				switch {
+				case err != nil:
+					sw.prog.end("interrupted")
+					return rows, err
+				case row.Skipped != "":
+					sw.prog.end("skipped: " + row.Skipped)
+				default:
+					sw.prog.end("")
+					sw.growthOf(mech.name, causal).Add(n, row.Seconds, row.ExtraBytes)
 				}
-				if row.Params == nil {
-					row.Params = map[string]string{}
-				}
-				if name == refMech {
-					refOut = benchRef(ctx, cfg, s, o, q, k, v, &row)
-				} else {
-					out := benchMech(ctx, cfg, mechs[name], s, o, q, k, v, &row)
-					switch {
-					case out == nil:
-					case name == "exact":
-						exactOut = out
-						if refOut != nil {
-							e := ref.RelErr(out, refOut)
-							row.RelErr = &e
-						}
-					case exactOut != nil:
-						e := ref.RelErr(out, widen(exactOut))
-						row.RelErr = &e
-					}
-				}
-				res.Rows = append(res.Rows, row)
 			}
 		}
 	}
-	sortRows(res.Rows, cfg.mechs)
-	return res, nil
+	return rows, nil
+}
+
+// prefillCase is one length and mask of a prefill sweep: the inputs, the
+// buffers the rows write, and the baselines of the errors once they ran.
+type prefillCase struct {
+	s         attn.Shape
+	o         attn.Options
+	in        *eval.Inputs // nil when over -mem-budget
+	resident  float64      // bytes held while the rows run
+	out, lse  []float32
+	refBase   *eval.Reference[float64]
+	exactBase *eval.Reference[float32]
+}
+
+// prefillRow runs one mechanism on c. Budgets and the mechanism's own
+// errors make a skipped row; only ctx ending is returned as an error.
+func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism) (eval.Row, error) {
+	s, o := c.s, c.o
+	row := eval.Row{
+		Mode: "prefill", Mech: mech.name, B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: s.M, D: s.D,
+		Causal: o.Causal, DType: sw.cfg.dtype, Params: mech.params,
+	}
+	if c.in == nil {
+		row.Skipped = fmt.Sprintf("inputs and outputs need %s > -mem-budget %s", fmtGiB(c.resident), fmtGiB(sw.cfg.memBudget))
+		return row, nil
+	}
+	if row.Skipped = sw.plan(mech.name, s, o.Causal, c.resident); row.Skipped != "" {
+		return row, nil
+	}
+	in := c.in
+	if mech.name == refMech {
+		var spec ref.Spec
+		if o.Causal {
+			spec.Mask = ref.Mask(s, o)
+		}
+		var out, lse []float64
+		err := sw.measure(ctx, &row, func() error {
+			var err error
+			out, lse, err = ref.Attention(s, in.Q, in.K, in.V, spec)
+			return err
+		})
+		if err != nil || row.Skipped != "" {
+			return row, err
+		}
+		c.refBase, err = eval.NewReference(s, out, lse)
+		return row, err
+	}
+	if mech.name != "exact" && c.exactBase == nil && sw.baseline != nil {
+		var err error
+		if c.exactBase, err = sw.runBaseline(ctx, s, o, in, c.resident); err != nil {
+			return row, err
+		}
+	}
+	err := sw.measure(ctx, &row, func() error {
+		return mech.m.Forward(ctx, s, in.Q, in.K, in.V, o, c.out, c.lse)
+	})
+	if err != nil || row.Skipped != "" {
+		return row, err
+	}
+	return row, sw.compare(&row, s, c.out, c.lse, c.refBase, &c.exactBase)
+}
+
+// baselineMech is the growth series of the untimed exact calls that
+// provide the errors' baseline when exact is not among the rows.
+const baselineMech = "exact (baseline)"
+
+// runBaseline computes exact attention, untimed, as the baseline of the
+// other rows' errors when exact itself is not benchmarked. It returns nil
+// when the call would not fit the budgets; only ctx ending is an error.
+func (sw *sweep) runBaseline(ctx context.Context, s attn.Shape, o attn.Options, in *eval.Inputs, resident float64) (*eval.Reference[float32], error) {
+	if sw.plan(baselineMech, s, o.Causal, resident) != "" {
+		return nil, nil
+	}
+	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+	t := time.Now()
+	if err := sw.baseline.Forward(ctx, s, in.Q, in.K, in.V, o, out, lse); err != nil {
+		return nil, ctx.Err()
+	}
+	sw.growthOf(baselineMech, o.Causal).Add(s.N, time.Since(t).Seconds(), 0)
+	return eval.NewReference(s, out, lse)
+}
+
+// compare fills row's errors: exact against the float64 reference (and
+// becomes the baseline), every other mechanism against exact.
+func (sw *sweep) compare(row *eval.Row, s attn.Shape, out, lse []float32,
+	refBase *eval.Reference[float64], exactBase **eval.Reference[float32]) error {
+	var e eval.Errors
+	var err error
+	switch {
+	case row.Mech == "exact":
+		if refBase != nil {
+			if e, err = refBase.Compare(out, lse); err != nil {
+				return err
+			}
+			row.SetErrors(e)
+		}
+		// out is reused by the next row: keep a copy as the baseline.
+		*exactBase, err = eval.NewReference(s, slices.Clone(out), slices.Clone(lse))
+		return err
+	case *exactBase != nil:
+		if e, err = (*exactBase).Compare(out, lse); err != nil {
+			return err
+		}
+		row.SetErrors(e)
+	default:
+		row.Note = "exact did not run at this length: no error measured"
+	}
+	return nil
+}
+
+// measure times one row. The mechanism's own errors and panics become the
+// row's skip reason; only ctx ending is returned.
+func (sw *sweep) measure(ctx context.Context, row *eval.Row, call func() error) error {
+	m, err := eval.Measure(ctx, eval.TimeConfig{Reps: sw.cfg.reps, MaxTime: sw.cfg.rowTime}, call)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		row.Skipped = "error: " + err.Error()
+		return nil
+	}
+	row.Seconds, row.SecondsMin, row.SecondsMax = m.Median, m.Min, m.Max
+	row.Reps = len(m.Samples)
+	if m.FromWarmup {
+		row.Reps = 0
+	}
+	row.ExtraBytes = m.ExtraBytes
+	if row.Mech == refMech || row.Mech == "exact" {
+		s := attn.Shape{B: row.B, H: row.H, HKV: row.HKV, N: row.N, M: row.M, D: row.D}
+		row.GFlops = eval.GFlops(eval.ExactFlops(s, row.Causal), row.Seconds)
+	}
+	return nil
+}
+
+// refGFlops is a conservative speed of the float64 reference, used to
+// forecast its first row, before any has been measured.
+const refGFlops = 0.5
+
+// plan returns why the row of mech at shape s should not run, or "": its
+// forecast time per call against -ref-budget or -call-budget, the forecast
+// time of the whole row against what is left of -budget, and the forecast
+// allocation plus the inputs (resident bytes) against -mem-budget.
+func (sw *sweep) plan(mech string, s attn.Shape, causal bool, resident float64) string {
+	cfg := sw.cfg
+	g := sw.growthOf(mech, causal)
+	est, known := g.Seconds(s.N)
+	bytes, _ := g.Bytes(s.N)
+	if !known && mech == refMech {
+		est = eval.ExactFlops(s, causal) / (refGFlops * 1e9)
+		bytes = 8 * float64(s.QLen()+s.LSELen()+s.M)
+		known = true
+	}
+	limit, flagName := cfg.callBudget, "-call-budget"
+	if mech == refMech {
+		limit, flagName = cfg.refBudget, "-ref-budget"
+	}
+	if known && limit > 0 && est > limit.Seconds() {
+		return fmt.Sprintf("forecast %s per call > %s %s", eval.FormatSeconds(est), flagName, limit)
+	}
+	if known && cfg.budget > 0 {
+		left := cfg.budget - time.Since(sw.start)
+		if cost := sw.rowCost(est); cost > left.Seconds() {
+			return fmt.Sprintf("forecast %s for the row, %s left of -budget %s",
+				eval.FormatSeconds(cost), eval.FormatSeconds(math.Max(left.Seconds(), 0)), cfg.budget)
+		}
+	}
+	if cfg.memBudget > 0 && resident+bytes > cfg.memBudget {
+		return fmt.Sprintf("forecast %s allocated per call + %s of inputs > -mem-budget %s",
+			fmtGiB(bytes), fmtGiB(resident), fmtGiB(cfg.memBudget))
+	}
+	return ""
+}
+
+// rowCost forecasts the seconds eval.Measure spends on calls of est
+// seconds: one warm-up, then timed calls until -row-time has passed (at
+// least one, unless the warm-up alone took that long), at most -reps.
+func (sw *sweep) rowCost(est float64) float64 {
+	rowTime := sw.cfg.rowTime.Seconds()
+	if est <= 0 {
+		return 0
+	}
+	if sw.cfg.rowTime > 0 && est >= rowTime {
+		return est
+	}
+	calls := float64(sw.cfg.reps)
+	if sw.cfg.rowTime > 0 {
+		calls = math.Min(calls, math.Max(1, math.Ceil((rowTime-est)/est)))
+	}
+	return est * (1 + calls)
+}
+
+func fmtGiB(b float64) string {
+	if b < 0 {
+		b = 0
+	}
+	return eval.FormatBytes(uint64(b))
 }
 
 // orderForBaseline runs ref first and exact second, so that every other
 // row can be compared with them, without changing the printed order.
-func orderForBaseline(mechs []string) []string {
+func orderForBaseline(mechs []mechanism) []mechanism {
 	rank := func(m string) int {
 		switch m {
 		case refMech:
@@ -245,13 +655,13 @@ func orderForBaseline(mechs []string) []string {
 		return 2
 	}
 	out := slices.Clone(mechs)
-	slices.SortStableFunc(out, func(a, b string) int { return rank(a) - rank(b) })
+	slices.SortStableFunc(out, func(a, b mechanism) int { return rank(a.name) - rank(b.name) })
 	return out
 }
 
 // sortRows orders rows by the -mech order, then causal, then length.
-func sortRows(rows []benchRow, mechs []string) {
-	slices.SortStableFunc(rows, func(a, b benchRow) int {
+func sortRows(rows []eval.Row, mechs []string) {
+	slices.SortStableFunc(rows, func(a, b eval.Row) int {
 		if c := slices.Index(mechs, a.Mech) - slices.Index(mechs, b.Mech); c != 0 {
 			return c
 		}
@@ -263,171 +673,4 @@ func sortRows(rows []benchRow, mechs []string) {
 		}
 		return a.N - b.N
 	})
-}
-
-// settingsFor keeps the -set values that entry e documents.
-func settingsFor(e registry.Entry, set []string) (*registry.Params, map[string]string, error) {
-	var mine []string
-	ps := map[string]string{}
-	for _, kv := range set {
-		name, value, _ := strings.Cut(kv, "=")
-		if slices.ContainsFunc(e.Params, func(p registry.Param) bool { return p.Name == name }) {
-			mine = append(mine, kv)
-			ps[name] = value
-		}
-	}
-	p, err := registry.ParseSettings(mine)
-	return p, ps, err
-}
-
-func widen(x []float32) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
-
-// flops is the conventional count for exact attention: 4·B·H·N·M·D, half
-// of it under a causal mask.
-func flops(s attn.Shape, causal bool) float64 {
-	f := 4 * float64(s.B) * float64(s.H) * float64(s.N) * float64(s.M) * float64(s.D)
-	if causal {
-		f /= 2
-	}
-	return f
-}
-
-// refGFlops is a conservative speed of the float64 reference, used only to
-// decide whether a row fits the -ref-budget.
-const refGFlops = 0.5
-
-func benchRef(ctx context.Context, cfg benchConfig, s attn.Shape, o attn.Options, q, k, v []float32, row *benchRow) []float64 {
-	if est := flops(s, o.Causal) / (refGFlops * 1e9); est > cfg.refBudget {
-		row.Skipped = fmt.Sprintf("estimated %.0f s > -ref-budget %.0f s", est, cfg.refBudget)
-		return nil
-	}
-	var out []float64
-	var err error
-	spec := ref.Spec{Mask: ref.Mask(s, o)}
-	row.Seconds, row.ExtraBytes = timeCall(cfg, func() error {
-		out, _, err = ref.Attention(s, q, k, v, spec)
-		return err
-	})
-	if err != nil {
-		row.Skipped = err.Error()
-		return nil
-	}
-	row.GFlops = flops(s, o.Causal) / row.Seconds / 1e9
-	return out
-}
-
-func benchMech(ctx context.Context, cfg benchConfig, m attn.Mechanism, s attn.Shape, o attn.Options, q, k, v []float32, row *benchRow) []float32 {
-	out := make([]float32, s.QLen())
-	lse := make([]float32, s.LSELen())
-	var err error
-	row.Seconds, row.ExtraBytes = timeCall(cfg, func() error {
-		err = m.Forward(ctx, s, q, k, v, o, out, lse)
-		return err
-	})
-	if err != nil {
-		row.Skipped = err.Error()
-		return nil
-	}
-	row.GFlops = flops(s, o.Causal) / row.Seconds / 1e9
-	return out
-}
-
-// timeCall runs f once to warm up and to count its allocations, then up to
-// cfg.reps timed calls, stopping early once cfg.rowBudget is spent. It
-// returns the median time and the bytes allocated by one call.
-func timeCall(cfg benchConfig, f func() error) (seconds float64, extra uint64) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	t0 := time.Now()
-	if f() != nil {
-		return 0, 0
-	}
-	first := time.Since(t0)
-	runtime.ReadMemStats(&after)
-	extra = after.TotalAlloc - before.TotalAlloc
-	times := []float64{}
-	spent := first
-	for range cfg.reps {
-		if spent > cfg.rowBudget {
-			break
-		}
-		t := time.Now()
-		if f() != nil {
-			return 0, 0
-		}
-		el := time.Since(t)
-		spent += el
-		times = append(times, el.Seconds())
-	}
-	if len(times) == 0 {
-		times = append(times, first.Seconds()) // too slow to repeat
-	}
-	slices.Sort(times)
-	return times[len(times)/2], extra
-}
-
-func printTable(w io.Writer, res *benchResults) {
-	m := res.Machine
-	fmt.Fprintf(w, "attn %s on %s, %d threads\n\n", res.Version, m.CPU, m.Threads)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tmech\tcausal\tn\tm\ttime\tGFLOP/s\textra mem\trel err\t")
-	for _, r := range res.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t", r.Mode, r.Mech, r.Causal, r.N, r.M)
-		if r.Skipped != "" {
-			fmt.Fprintf(tw, "skipped: %s\t\t\t\t\n", r.Skipped)
-			continue
-		}
-		relErr := "-"
-		if r.RelErr != nil {
-			relErr = fmt.Sprintf("%.1e", *r.RelErr)
-		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t\n", fmtDuration(r.Seconds), r.GFlops, fmtBytes(r.ExtraBytes), relErr)
-	}
-	tw.Flush()
-	fmt.Fprintf(w, "\nGFLOP/s counts 4·B·H·N·M·D flops (half when causal). extra mem: bytes allocated by one call.\n")
-	fmt.Fprintf(w, "rel err: Frobenius relative error; exact against the float64 %s, others against exact.\n", refMech)
-}
-
-func fmtDuration(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.2f s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.2f ms", s*1e3)
-	}
-	return fmt.Sprintf("%.1f µs", s*1e6)
-}
-
-func fmtBytes(b uint64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", b)
-}
-
-// probeMachine describes this machine: the CPU model from /proc/cpuinfo
-// where it exists, and the threads Go will use.
-func probeMachine() machine {
-	m := machine{CPU: runtime.GOARCH, Threads: runtime.GOMAXPROCS(0)}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return m
 }

@@ -3,8 +3,9 @@
 //
 // Usage:
 //
-//	attn bench [flags]   time and check every selected mechanism over a sweep
-//	attn run [flags]     one mechanism on tensors read from .npy or safetensors
+//	attn bench [flags]     time, memory and error of every mechanism over a sweep of lengths
+//	attn accuracy [flags]  error against exact as each mechanism's budget grows
+//	attn run [flags]       one mechanism on tensors read from .npy or safetensors
 //
 // Run `attn <command> -h` for the flags of each command.
 package main
@@ -30,8 +31,9 @@ var commands = []struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }{
-	{"bench", "time and check every selected mechanism over a sweep of lengths", cmdBench},
+	{"bench", "time, memory and error of every mechanism over a sweep of lengths", cmdBench},
 	{"run", "run one mechanism on tensors from .npy or safetensors files", cmdRun},
+	{"accuracy", "error against exact attention as each mechanism's budget grows", cmdAccuracy},
 }
 
 func usage(w io.Writer) {

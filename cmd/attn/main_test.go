@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -138,86 +137,5 @@ func TestRunErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("run %v: exit %d, stderr %q, want it to mention %q", c.args, code, stderr, c.want)
 		}
-	}
-}
-
-func TestBenchJSON(t *testing.T) {
-	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-n", "17,40", "-h", "4", "-hkv", "2", "-d", "24", "-reps", "1", "-out", dir)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	if !strings.Contains(stdout, "GFLOP/s") {
-		t.Errorf("no table on stdout:\n%s", stdout)
-	}
-	buf, err := os.ReadFile(filepath.Join(dir, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res benchResults
-	if err := json.Unmarshal(buf, &res); err != nil {
-		t.Fatal(err)
-	}
-	// 2 lengths × causal and not × (ref, exact).
-	if len(res.Rows) != 8 {
-		t.Fatalf("%d rows, want 8", len(res.Rows))
-	}
-	for _, r := range res.Rows {
-		if r.Skipped != "" || r.Seconds <= 0 || r.H != 4 || r.HKV != 2 || r.D != 24 || r.Mode != "prefill" || r.DType != "f32" {
-			t.Errorf("row %+v", r)
-		}
-		if r.Mech == "exact" && (r.RelErr == nil || *r.RelErr > 1e-5) {
-			t.Errorf("exact row without a small rel_err: %+v", r)
-		}
-	}
-	// The schema's field names, checked on the raw JSON.
-	var raw map[string]any
-	json.Unmarshal(buf, &raw)
-	row := raw["rows"].([]any)[0].(map[string]any)
-	for _, f := range []string{"mode", "mech", "b", "h", "hkv", "n", "m", "d", "causal", "dtype", "params", "seconds", "gflops", "gbps", "extra_bytes", "rel_err", "skipped"} {
-		if _, ok := row[f]; !ok {
-			t.Errorf("row lacks %q", f)
-		}
-	}
-	for _, f := range []string{"cpu", "threads", "peak_gflops", "dram_gbps"} {
-		if _, ok := raw["machine"].(map[string]any)[f]; !ok {
-			t.Errorf("machine lacks %q", f)
-		}
-	}
-}
-
-func TestBenchSkipsRef(t *testing.T) {
-	code, stdout, stderr := attnCmd(t, "bench", "-n", "64", "-causal", "-reps", "1", "-ref-budget", "0")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	if !strings.Contains(stdout, "skipped: estimated") {
-		t.Errorf("ref row not skipped:\n%s", stdout)
-	}
-}
-
-func TestBenchErrors(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-mech", "nope"}, "unknown mechanism"},
-		{[]string{"-mode", "decode"}, "only prefill"},
-		{[]string{"-dtype", "bf16"}, "f32 only"},
-		{[]string{"-n", "0"}, "outside"},
-		{[]string{"-h", "3", "-hkv", "2"}, "not a multiple"},
-		{[]string{"-reps", "0"}, "at least 1"},
-		{[]string{"-bogus"}, "flag provided but not defined"},
-	} {
-		code, _, stderr := attnCmd(t, append([]string{"bench"}, c.args...)...)
-		if code == 0 || !strings.Contains(stderr, c.want) {
-			t.Errorf("bench %v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
-		}
-	}
-	if code, _, _ := attnCmd(t, "frobnicate"); code != 2 {
-		t.Errorf("unknown command: exit %d", code)
-	}
-	if code, _, _ := attnCmd(t); code != 2 {
-		t.Errorf("no command: exit %d", code)
 	}
 }

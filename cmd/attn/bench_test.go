@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/registry"
+)
+
+// failing is exact attention that fails, or panics, on inputs longer than
+// limit: a stand-in for a mechanism that cannot handle some size.
+type failing struct {
+	name   string
+	limit  int
+	panics bool
+}
+
+func (f failing) Name() string { return f.name }
+
+func (f failing) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	if s.N > f.limit {
+		if f.panics {
+			panic(fmt.Sprintf("%s: index out of range at n = %d", f.name, s.N))
+		}
+		return fmt.Errorf("%w: %s: n = %d > %d", attn.ErrUnsupported, f.name, s.N, f.limit)
+	}
+	return flash.New(flash.Config{}).Forward(ctx, s, q, k, v, o, out, lse)
+}
+
+// withFakes registers, for the test, "failing" and "panicky" (both break
+// above 20 tokens) and extra entries given by the caller, which shadow
+// registered ones of the same name.
+func withFakes(t *testing.T, extra ...registry.Entry) {
+	oldLookup, oldNames := lookupMech, registryNames
+	t.Cleanup(func() { lookupMech, registryNames = oldLookup, oldNames })
+	fakes := map[string]registry.Entry{}
+	for _, f := range []failing{{"failing", 20, false}, {"panicky", 20, true}} {
+		fakes[f.name] = registry.Entry{Name: f.name, Summary: "test double",
+			Build: func(*registry.Params, uint64) (attn.Mechanism, error) { return f, nil }}
+	}
+	for _, e := range extra {
+		fakes[e.Name] = e
+	}
+	lookupMech = func(name string) (registry.Entry, error) {
+		if e, ok := fakes[name]; ok {
+			return e, nil
+		}
+		return oldLookup(name)
+	}
+	registryNames = func() []string { return append(oldNames(), "failing", "panicky") }
+}
+
+func readResults(t *testing.T, dir string) (*eval.Results, map[string]any) {
+	t.Helper()
+	buf, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res eval.Results
+	if err := json.Unmarshal(buf, &res); err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(buf, &raw); err != nil {
+		t.Fatal(err)
+	}
+	return &res, raw
+}
+
+func readReport(t *testing.T, dir string) string {
+	t.Helper()
+	buf, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(buf)
+}
+
+// TestBench runs the default mechanism list (ref and everything
+// registered) on a tiny sweep and checks the tables, results.json and
+// report.html.
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := attnCmd(t, "bench", "-n", "17,40", "-h", "4", "-hkv", "2", "-d", "24", "-reps", "1",
+		"-probe=false", "-accuracy-n", "32", "-out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"time per call", "extra memory per call", "relative error", "Fastest mechanism"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "[1/") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+	res, raw := readResults(t, dir)
+	mechs := append([]string{refMech}, registry.Names()...)
+	// 2 lengths × causal and not × every mechanism.
+	if want := 4 * len(mechs); len(res.Rows) != want {
+		t.Fatalf("%d rows, want %d", len(res.Rows), want)
+	}
+	html := readReport(t, dir)
+	for _, m := range mechs {
+		if !slices.ContainsFunc(res.Rows, func(r eval.Row) bool { return r.Mech == m }) {
+			t.Errorf("no row for %s", m)
+		}
+		if !strings.Contains(html, "<td>"+m+"</td>") {
+			t.Errorf("report has no table row for %s", m)
+		}
+	}
+	for _, r := range res.Rows {
+		if r.H != 4 || r.HKV != 2 || r.D != 24 || r.B != 1 || r.Mode != "prefill" || r.DType != "f32" || r.N != r.M {
+			t.Errorf("row %+v", r)
+		}
+		if r.Skipped != "" {
+			continue // e.g. a mechanism that cannot be causal; the reason is the point
+		}
+		if r.Seconds <= 0 || r.SecondsMin > r.Seconds || r.Seconds > r.SecondsMax {
+			t.Errorf("%s n=%d: times %g ≤ %g ≤ %g", r.Mech, r.N, r.SecondsMin, r.Seconds, r.SecondsMax)
+		}
+		switch r.Mech {
+		case refMech:
+			if r.RelErr != nil || r.GFlops <= 0 {
+				t.Errorf("ref row %+v", r)
+			}
+		case "exact":
+			if r.RelErr == nil || *r.RelErr > 1e-5 || r.SpectralErr == nil || r.GFlops <= 0 {
+				t.Errorf("exact row without a small error: %+v", r)
+			}
+		default:
+			if r.RelErr == nil && r.Note == "" {
+				t.Errorf("%s n=%d: no error and no note", r.Mech, r.N)
+			}
+			if r.GFlops != 0 {
+				t.Errorf("%s: GFLOP/s %g for an approximation", r.Mech, r.GFlops)
+			}
+		}
+	}
+	if res.Bench == nil || res.Bench.Summary == "" || res.Version != attn.Version || res.Machine.Threads < 1 {
+		t.Errorf("results header %+v %+v", res.Bench, res.Machine)
+	}
+	// With -out, the accuracy sweep of every benchmarked approximation.
+	if a := res.Accuracy; a == nil || a.N != 32 || a.H != 4 || a.HKV != 2 || a.D != 24 {
+		t.Errorf("accuracy section %+v", a)
+	} else {
+		for _, m := range registry.Names() {
+			if m != "exact" && !slices.ContainsFunc(a.Points, func(p eval.AccuracyPoint) bool { return p.Mech == m }) {
+				t.Errorf("no accuracy point for %s", m)
+			}
+		}
+	}
+	if !strings.HasSuffix(strings.TrimSpace(stdout), "on your own activations.") {
+		t.Errorf("stdout does not end with the summary:\n%s", stdout)
+	}
+	// The schema's field names, checked on the raw JSON.
+	row := raw["rows"].([]any)[0].(map[string]any)
+	for _, f := range []string{"mode", "mech", "b", "h", "hkv", "n", "m", "d", "causal", "dtype", "params", "seconds", "gflops", "gbps", "extra_bytes", "rel_err", "skipped"} {
+		if _, ok := row[f]; !ok {
+			t.Errorf("row lacks %q", f)
+		}
+	}
+	for _, f := range []string{"cpu", "threads", "peak_gflops", "dram_gbps"} {
+		if _, ok := raw["machine"].(map[string]any)[f]; !ok {
+			t.Errorf("machine lacks %q", f)
+		}
+	}
+}
+
+// TestBenchFailingMechanism: a mechanism that errors or panics on some size
+// appears there as a skipped row with its reason; the sweep goes on.
+func TestBenchFailingMechanism(t *testing.T) {
+	withFakes(t)
+	dir := t.TempDir()
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact,failing,panicky", "-n", "17,40", "-h", "2", "-d", "8",
+		"-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res, _ := readResults(t, dir)
+	for _, r := range res.Rows {
+		switch {
+		case r.Mech == "exact":
+			if r.Skipped != "" {
+				t.Errorf("exact n=%d: skipped %q", r.N, r.Skipped)
+			}
+		case r.N == 17:
+			if r.Skipped != "" || r.RelErr == nil || *r.RelErr > 1e-6 {
+				t.Errorf("%s n=%d: %+v, want it measured, equal to exact", r.Mech, r.N, r)
+			}
+		case r.Mech == "failing":
+			if !strings.Contains(r.Skipped, "failing: n = 40 > 20") {
+				t.Errorf("failing n=40: skipped %q", r.Skipped)
+			}
+		case r.Mech == "panicky":
+			if !strings.Contains(r.Skipped, "panic: panicky: index out of range at n = 40") {
+				t.Errorf("panicky n=40: skipped %q", r.Skipped)
+			}
+		}
+	}
+	for _, want := range []string{"skip[1]", "failing n=40 full: error: attn: unsupported: failing: n = 40 > 20", "panicky n=40 causal: error: panic"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	html := readReport(t, dir)
+	for _, want := range []string{"failing", "panicky", "failing: n = 40 &gt; 20"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestBenchBudgets(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+		skip func(eval.Row) bool // which rows must be skipped
+	}{
+		{[]string{"-mech", "ref,exact", "-ref-budget", "1ns"}, "> -ref-budget 1ns",
+			func(r eval.Row) bool { return r.Mech == refMech }},
+		{[]string{"-mech", "exact", "-call-budget", "1ns"}, "> -call-budget 1ns",
+			func(r eval.Row) bool { return r.N > 17 }}, // nothing to forecast from at the first length
+		{[]string{"-mech", "exact", "-budget", "1ns"}, "left of -budget 1ns",
+			func(r eval.Row) bool { return r.N > 17 }},
+		{[]string{"-mech", "exact", "-mem-budget", "1e-9"}, "-mem-budget",
+			func(r eval.Row) bool { return true }},
+	} {
+		args := append([]string{"bench", "-n", "17,40,80", "-h", "2", "-d", "8", "-reps", "1", "-probe=false"}, c.args...)
+		code, stdout, stderr := attnCmd(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, stderr)
+		}
+		if !strings.Contains(stdout, c.want) {
+			t.Errorf("%v: stdout lacks %q:\n%s", c.args, c.want, stdout)
+		}
+		dir := t.TempDir()
+		attnCmd(t, append(args, "-accuracy-n", "0", "-out", dir)...)
+		res, _ := readResults(t, dir)
+		for _, r := range res.Rows {
+			if want := c.skip(r); (r.Skipped != "") != want {
+				t.Errorf("%v: %s n=%d skipped %q, want skipped %v", c.args, r.Mech, r.N, r.Skipped, want)
+			}
+		}
+	}
+}
+
+// TestBenchBaseline: without exact among the rows, the others are still
+// compared with exact attention.
+func TestBenchBaseline(t *testing.T) {
+	withFakes(t)
+	dir := t.TempDir()
+	code, _, stderr := attnCmd(t, "bench", "-mech", "failing", "-n", "16", "-h", "2", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res, _ := readResults(t, dir)
+	for _, r := range res.Rows {
+		// failing computes exact attention at this size: error ~ 0.
+		if r.RelErr == nil || *r.RelErr > 1e-6 {
+			t.Errorf("%s n=%d: rel_err %v, want about 0", r.Mech, r.N, r.RelErr)
+		}
+	}
+}
+
+func TestBenchProbe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the machine for about a second")
+	}
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-reps", "1", "-causal")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "measured: peak") || !strings.Contains(stdout, "% of the measured peak") {
+		t.Errorf("no measured peak:\n%s", stdout)
+	}
+}
+
+func TestBenchInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "context canceled") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+func TestBenchErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-mech", "nope"}, "unknown mechanism"},
+		{[]string{"-mode", "decode"}, "only prefill"},
+		{[]string{"-mode", "train"}, "want prefill or decode"},
+		{[]string{"-dtype", "bf16"}, "f32 only"},
+		{[]string{"-n", "0"}, "outside"},
+		{[]string{"-h", "3", "-hkv", "2"}, "not a multiple"},
+		{[]string{"-reps", "0"}, "at least 1"},
+		{[]string{"-budget", "-1s"}, "negative"},
+		{[]string{"-input", "uniform"}, "want gaussian or planted"},
+		{[]string{"-set", "nonsense"}, "not name=value"},
+		{[]string{"-set", "nosuchparam=3"}, "no selected mechanism"},
+		{[]string{"-bogus"}, "flag provided but not defined"},
+	} {
+		// Small sizes, in case a check fails to stop the sweep.
+		code, _, stderr := attnCmd(t, append([]string{"bench", "-probe=false", "-n", "16", "-h", "1", "-d", "8"}, c.args...)...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("bench %v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
+		}
+	}
+	if code, _, _ := attnCmd(t, "frobnicate"); code != 2 {
+		t.Errorf("unknown command: exit %d", code)
+	}
+	if code, _, _ := attnCmd(t); code != 2 {
+		t.Errorf("no command: exit %d", code)
+	}
+}
+
+// TestBenchAndAccuracyShareDir: each command replaces its own part of
+// results.json and the report shows both.
+func TestBenchAndAccuracyShareDir(t *testing.T) {
+	withFakes(t)
+	dir := t.TempDir()
+	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "16", "-h", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
+		t.Fatalf("accuracy: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir); code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, stderr)
+	}
+	res, _ := readResults(t, dir)
+	if len(res.Rows) == 0 || res.Accuracy == nil || len(res.Accuracy.Points) == 0 {
+		t.Fatalf("merged results: %d rows, accuracy %v", len(res.Rows), res.Accuracy)
+	}
+	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "17", "-h", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
+		t.Fatalf("accuracy again: exit %d: %s", code, stderr)
+	}
+	res, _ = readResults(t, dir)
+	if len(res.Rows) == 0 || res.Accuracy.N != 17 {
+		t.Errorf("after a second accuracy run: %d rows, accuracy n=%d", len(res.Rows), res.Accuracy.N)
+	}
+	html := readReport(t, dir)
+	if !strings.Contains(html, "<h2>Benchmark</h2>") || !strings.Contains(html, "<h2>Accuracy</h2>") {
+		t.Error("report lacks the benchmark or the accuracy section")
+	}
+}
+
+func TestBenchPlanted(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "ref,exact", "-input", "planted", "-n", "32", "-h", "2", "-d", "8",
+		"-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res, _ := readResults(t, dir)
+	if res.Bench.Input != "planted" || !strings.Contains(stdout, "planted inputs") {
+		t.Errorf("input %q; stdout:\n%s", res.Bench.Input, stdout)
+	}
+	for _, r := range res.Rows {
+		if r.Mech == "exact" && (r.RelErr == nil || *r.RelErr > 1e-5) {
+			t.Errorf("exact on planted inputs, causal %v: rel_err %v", r.Causal, r.RelErr)
+		}
+	}
+}
