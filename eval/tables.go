@@ -57,7 +57,7 @@ func gridOf(rows []Row, mode string) grid {
 		if r.Mode != mode {
 			continue
 		}
-		k := series{r.Mode, r.Mech, r.Causal}
+		k := series{r.Mode, seriesName(r), r.Causal}
 		if g.cells[k] == nil {
 			g.cells[k] = map[int]*Row{}
 			g.series = append(g.series, k)
@@ -73,6 +73,15 @@ func gridOf(rows []Row, mode string) grid {
 		return boolCmp(a.causal, b.causal)
 	})
 	return g
+}
+
+// seriesName is the row's mechanism, with the cache's head count and
+// element type for decode rows, which sweep those too.
+func seriesName(r *Row) string {
+	if r.Mode == "decode" {
+		return fmt.Sprintf("%s hkv=%d %s", r.Mech, r.HKV, r.DType)
+	}
+	return r.Mech
 }
 
 func boolCmp(a, b bool) int {
@@ -181,6 +190,15 @@ var benchTables = []benchTable{
 			return fmt.Sprintf("%.1f (%.0f%%)", r.GFlops, r.PeakPct)
 		}
 		return fmt.Sprintf("%.1f", r.GFlops)
+	}},
+	{"K/V read GB/s (% of the measured DRAM read bandwidth)", func(m Machine, r *Row) string {
+		if r.GBps == 0 {
+			return ""
+		}
+		if m.DRAMGBps > 0 {
+			return fmt.Sprintf("%.1f (%.0f%%)", r.GBps, 100*r.GBps/m.DRAMGBps)
+		}
+		return fmt.Sprintf("%.1f", r.GBps)
 	}},
 	{"extra memory per call (bytes allocated on the Go heap by one call)", func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
 	{"relative error ‖O−Ô‖_F/‖O‖_F (exact: against the float64 ref; others: against exact)", func(_ Machine, r *Row) string {

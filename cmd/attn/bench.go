@@ -52,6 +52,8 @@ func (c *causalFlag) values() []bool {
 type benchConfig struct {
 	mode, dtype   string
 	mechs         []string
+	hkvs          []int    // decode: the cache head counts swept
+	dtypes        []string // decode: the storage types swept
 	ns            []int
 	b, h, hkv, d  int
 	causal        []bool
@@ -92,7 +94,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("attn bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	all := append([]string{refMech}, registryNames()...)
-	mode := fs.String("mode", "prefill", "prefill|decode (decode arrives with the KV cache)")
+	mode := fs.String("mode", "prefill", "prefill, or decode: one query per head against a KV cache of each length (defaults then: -n 1024…65536 -h 32 -d 128, Hkv 8 and 1, f32 and bf16)")
 	mechs := fs.String("mech", strings.Join(all, ","), "comma-separated `mechanisms`: "+refMech+" (float64 reference) or registered ones")
 	ns := fs.String("n", "512,1024,2048,4096,8192,16384", "comma-separated query `lengths` (keys: the same)")
 	b := fs.Int("b", 1, "batch size")
@@ -101,7 +103,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	d := fs.Int("d", 64, "head size")
 	var causal causalFlag
 	fs.Var(&causal, "causal", "causal rows only (-causal=false: non-causal only; unset: both)")
-	dtype := fs.String("dtype", "f32", "storage type of K and V: f32|bf16|f16 (prefill: f32)")
+	dtype := fs.String("dtype", "f32", "storage type of K and V: f32, or for decode bf16 or f16")
 	reps := fs.Int("reps", 5, "timed calls per row after one warm-up (median reported)")
 	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
 	seed := fs.Uint64("seed", 1, "seed for inputs and randomised mechanisms")
@@ -128,26 +130,29 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		memBudget: *memBudget * (1 << 30), maxErr: *maxErr, paretoN: *paretoN, probe: *probe, input: *input,
 		command: "attn bench " + strings.Join(args, " "), stderr: stderr, start: time.Now(),
 	}
-	if cfg.hkv == 0 {
-		cfg.hkv = cfg.h
-	}
 	var err error
 	if cfg.ns, err = registry.ParseInts("-n", *ns, 1, 1<<24); err != nil {
 		return err
 	}
-	slices.Sort(cfg.ns)
-	cfg.ns = slices.Compact(cfg.ns)
 	for m := range strings.SplitSeq(*mechs, ",") {
 		if m = strings.TrimSpace(m); m != "" && !slices.Contains(cfg.mechs, m) {
 			cfg.mechs = append(cfg.mechs, m)
 		}
 	}
+	if cfg.mode == "decode" {
+		if err := decodeDefaults(&cfg, setFlags(fs)); err != nil {
+			return err
+		}
+	}
+	if cfg.hkv == 0 {
+		cfg.hkv = cfg.h
+	}
+	slices.Sort(cfg.ns)
+	cfg.ns = slices.Compact(cfg.ns)
 	switch {
-	case cfg.mode == "decode" && benchModes["decode"] == nil:
-		return fmt.Errorf("-mode decode: only prefill is implemented until the KV cache (package kvcache) lands")
 	case benchModes[cfg.mode] == nil:
 		return fmt.Errorf("-mode %q: want prefill or decode", cfg.mode)
-	case cfg.dtype != "f32":
+	case cfg.mode == "prefill" && cfg.dtype != "f32":
 		return fmt.Errorf("-dtype %q: prefill supports f32 only", cfg.dtype)
 	case cfg.reps < 1:
 		return fmt.Errorf("-reps %d: want at least 1", cfg.reps)
@@ -363,7 +368,11 @@ func bench(ctx context.Context, cfg benchConfig) (*eval.Results, error) {
 			return nil, err
 		}
 	}
-	sw.prog = newProgress(cfg.stderr, len(cfg.ns)*len(cfg.causal)*len(mechs), cfg.budget)
+	total := len(cfg.ns) * len(cfg.causal) * len(mechs)
+	if cfg.mode == "decode" {
+		total = len(cfg.ns) * len(cfg.hkvs) * len(cfg.dtypes) * len(mechs)
+	}
+	sw.prog = newProgress(cfg.stderr, total, cfg.budget)
 	rows, err := benchModes[cfg.mode](sw, ctx, mechs)
 	sw.prog.finish()
 	for i := range rows {
@@ -388,6 +397,7 @@ func bench(ctx context.Context, cfg benchConfig) (*eval.Results, error) {
 // GBps of K/V read) needs only its function here.
 var benchModes = map[string]func(sw *sweep, ctx context.Context, mechs []mechanism) ([]eval.Row, error){
 	"prefill": (*sweep).prefill,
+	"decode":  (*sweep).decode,
 }
 
 // prefill times every mechanism on one prompt of each length, shortest

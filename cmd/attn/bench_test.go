@@ -301,7 +301,8 @@ func TestBenchErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-mech", "nope"}, "unknown mechanism"},
-		{[]string{"-mode", "decode"}, "only prefill"},
+		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16 or f16"},
+		{[]string{"-mode", "decode", "-hkv", "3"}, "not a multiple"},
 		{[]string{"-mode", "train"}, "want prefill or decode"},
 		{[]string{"-dtype", "bf16"}, "f32 only"},
 		{[]string{"-n", "0"}, "outside"},
@@ -369,6 +370,52 @@ func TestBenchPlanted(t *testing.T) {
 	for _, r := range res.Rows {
 		if r.Mech == "exact" && (r.RelErr == nil || *r.RelErr > 1e-5) {
 			t.Errorf("exact on planted inputs, causal %v: rel_err %v", r.Causal, r.RelErr)
+		}
+	}
+}
+
+// TestBenchDecode runs a tiny decode sweep: every head count and storage
+// type gets a row with a read rate and a small error against exact.
+func TestBenchDecode(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40,130", "-h", "8", "-d", "24",
+		"-reps", "1", "-mech", "exact,linear", "-out", dir, "-accuracy-n", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "K/V read GB/s") {
+		t.Errorf("no bandwidth table:\n%s", stdout)
+	}
+	res, err := eval.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]bool{}
+	for _, r := range res.Rows {
+		if r.Mode != "decode" {
+			t.Errorf("row in mode %q", r.Mode)
+		}
+		if r.Mech == "linear" {
+			if r.Skipped == "" {
+				t.Errorf("linear decode row ran: %+v", r)
+			}
+			continue
+		}
+		if r.Skipped != "" {
+			continue
+		}
+		ran[fmt.Sprintf("%d/%s/%d", r.HKV, r.DType, r.N)] = true
+		tol := 1e-5
+		if r.DType != "f32" {
+			tol = 1e-2
+		}
+		if r.GBps <= 0 || r.Seconds <= 0 || r.RelErr == nil || *r.RelErr > tol {
+			t.Errorf("decode row %+v", r)
+		}
+	}
+	for _, k := range []string{"8/f32/40", "8/bf16/130", "1/f32/130", "1/bf16/40"} {
+		if !ran[k] {
+			t.Errorf("no decode row for hkv/dtype/n %s; ran %v", k, ran)
 		}
 	}
 }
