@@ -6,6 +6,9 @@
 //	attn bench [flags]     time, memory and error of every mechanism over a sweep of lengths
 //	attn accuracy [flags]  error against exact as each mechanism's budget grows
 //	attn run [flags]       one mechanism on tensors read from .npy or safetensors
+//	attn ppl [flags]       perplexity and bits/char of a model, exact or with patched attention
+//	attn generate [flags]  stream text from a model and report prefill and decode tokens/s
+//	attn dump [flags]      write one layer's Q, K, V (after RoPE) and output as .npy
 //
 // Run `attn <command> -h` for the flags of each command.
 package main
@@ -34,6 +37,9 @@ var commands = []struct {
 	{"bench", "time, memory and error of every mechanism over a sweep of lengths", cmdBench},
 	{"run", "run one mechanism on tensors from .npy or safetensors files", cmdRun},
 	{"accuracy", "error against exact attention as each mechanism's budget grows", cmdAccuracy},
+	{"ppl", "perplexity over sliding windows; with -patch also KL from exact and per-layer error", cmdPPL},
+	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
+	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},
 }
 
 func usage(w io.Writer) {

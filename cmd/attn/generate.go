@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/attnkit/attn/model"
+)
+
+func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attn generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var mf modelFlags
+	mf.register(fs, true)
+	prompt := fs.String("prompt", "", "`TEXT` to continue (empty: start from BOS alone)")
+	n := fs.Int("n", 200, "tokens to generate at most")
+	temp := fs.Float64("temp", 0.8, "sampling temperature (0: greedy)")
+	topk := fs.Int("topk", 40, "sample among the `K` most likely tokens (0: all)")
+	sampleSeed := fs.Uint64("sample-seed", 0, "seed of the sampler (0: -seed)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: attn generate -model FILE -prompt TEXT [-n 200] [-temp T] [-topk K] [-seed S] [-patch SPEC] [flags]")
+		fmt.Fprintln(stderr, "\nStreams the prompt and its continuation to stdout and reports prefill and decode tokens/s on stderr.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *n < 0 {
+		return fmt.Errorf("-n %d: want >= 0", *n)
+	}
+	exact, patched, tok, err := mf.load()
+	if err != nil {
+		return err
+	}
+	m := exact
+	if patched != nil {
+		m = patched
+	}
+	seed := *sampleSeed
+	if seed == 0 {
+		seed = mf.seed
+	}
+	smp, err := model.NewSampler(*temp, *topk, seed)
+	if err != nil {
+		return err
+	}
+	ids := tok.Encode(*prompt, true)
+	if len(ids) == 0 {
+		return fmt.Errorf("the tokenizer has no BOS and the prompt is empty: nothing to start from")
+	}
+	fmt.Fprintln(stderr, "model:", describeModel(mf.model, m))
+	if patched != nil {
+		fmt.Fprintln(stderr, "patch:", patchSummary(mf.patches))
+	}
+	// The prompt as the tokenizer sees it, then each token as it comes.
+	if _, err := io.WriteString(stdout, tok.Decode(ids)); err != nil {
+		return err
+	}
+	stream := tok.NewStream(len(ids) > 1 || *prompt != "")
+	var buf []byte
+	st, err := m.Generate(ctx, ids, *n, smp, tok.EOS, func(id int) error {
+		buf = stream.Append(buf[:0], id)
+		_, err := stdout.Write(buf)
+		return err
+	})
+	fmt.Fprintln(stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "prefill: %d tokens in %v (%.1f tokens/s)\n", st.Prompt, st.Prefill.Round(10e3), st.PrefillRate())
+	fmt.Fprintf(stderr, "decode:  %d tokens in %v (%.1f tokens/s), stopped by %s\n", st.Generated, st.Decode.Round(10e3), st.DecodeRate(), st.Stop)
+	return nil
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/tokenizer"
+)
+
+// modelFlags are the flags every model command shares.
+type modelFlags struct {
+	model, tokenizer string
+	patches          listFlag
+	seed             uint64
+	workers          int
+}
+
+func (f *modelFlags) register(fs *flag.FlagSet, patch bool) {
+	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `FILE` (default: the GGUF's own, or tokenizer.bin beside -model)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the patched mechanisms (layer l gets seed+l)")
+	fs.IntVar(&f.workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
+	if patch {
+		fs.Var(&f.patches, "patch", "replace the attention of some layers: `SPEC` NAME[:layers=2-3,param=value,...] (repeatable, or ';'-separated)")
+	}
+}
+
+// load reads the model and builds the exact model and, with -patch, the
+// patched one (nil without).
+func (f *modelFlags) load() (exact, patched *model.Model, tok *tokenizer.Tokenizer, err error) {
+	if f.model == "" {
+		return nil, nil, nil, fmt.Errorf("-model is required")
+	}
+	w, tok, err := model.Open(f.model, f.tokenizer)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if tok == nil {
+		return nil, nil, nil, fmt.Errorf("%s has no tokenizer; give one with -tokenizer", f.model)
+	}
+	exact, err = model.New(w, model.Options{Workers: f.workers})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var ps []model.Patch
+	for _, spec := range f.patches {
+		p, err := model.ParsePatch(spec)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("-patch: %w", err)
+		}
+		ps = append(ps, p...)
+	}
+	if len(ps) > 0 {
+		if patched, err = model.New(w, model.Options{Workers: f.workers, Patches: ps, Seed: f.seed}); err != nil {
+			return nil, nil, nil, fmt.Errorf("-patch: %w", err)
+		}
+	}
+	return exact, patched, tok, nil
+}
+
+func describeModel(path string, m *model.Model) string {
+	c := m.Config()
+	tied := "separate output"
+	if c.TiedOutput {
+		tied = "tied output"
+	}
+	n := float64(m.Weights().Params())
+	size := fmt.Sprintf("%.1fM", n/1e6)
+	if n < 1e6 {
+		size = fmt.Sprintf("%.1fK", n/1e3)
+	}
+	return fmt.Sprintf("%s: dim %d, hidden %d, %d layers, %d heads (%d kv), head size %d, vocab %d, context %d, %s, %s weights",
+		filepath.Base(path), c.Dim, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.HeadDim(), c.Vocab, c.SeqLen, tied, size)
+}
+
+// readText reads a text file and its tokens, BOS first.
+func readText(path string, tok *tokenizer.Tokenizer) (string, []int, error) {
+	if path == "" {
+		return "", nil, fmt.Errorf("-text is required")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return string(b), tok.Encode(string(b), true), nil
+}
+
+// pplJSON is what ppl writes to -out DIR/ppl.json.
+type pplJSON struct {
+	Model        string        `json:"model"`
+	Text         string        `json:"text"`
+	Context      int           `json:"context"`
+	Stride       int           `json:"stride"`
+	Windows      int           `json:"windows"`
+	Tokens       int           `json:"tokens"`
+	Chars        int           `json:"chars"`
+	Perplexity   float64       `json:"perplexity"`
+	BitsPerChar  float64       `json:"bits_per_char"`
+	Patch        []string      `json:"patch,omitempty"`
+	PatchedPPL   float64       `json:"patched_perplexity,omitempty"`
+	PatchedBPC   float64       `json:"patched_bits_per_char,omitempty"`
+	MeanKL       float64       `json:"mean_kl,omitempty"`
+	LayerRelErrs []layerRelErr `json:"layers,omitempty"`
+}
+
+type layerRelErr struct {
+	Layer     int     `json:"layer"`
+	Attention string  `json:"attention"`
+	RelErr    float64 `json:"rel_err"`
+}
+
+func cmdPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attn ppl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var mf modelFlags
+	mf.register(fs, true)
+	textPath := fs.String("text", "", "text `FILE` to score (UTF-8)")
+	ctxLen := fs.Int("ctx", 0, "tokens per window (0: the model's context, or 512)")
+	stride := fs.Int("stride", 0, "tokens a window moves (0: half the window)")
+	limit := fs.Int("tokens", 0, "score only the first `N` tokens of the text (0: all)")
+	out := fs.String("out", "", "write `DIR`/ppl.json")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: attn ppl -model FILE -text FILE [-ctx N] [-stride S] [-patch SPEC] [flags]")
+		fmt.Fprintln(stderr, "\nPerplexity and bits per character over sliding windows; with -patch, also the patched")
+		fmt.Fprintln(stderr, "model's and its mean KL divergence from the exact model, and each patched layer's error.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *ctxLen < 0 || *stride < 0 || *limit < 0 {
+		return fmt.Errorf("-ctx, -stride and -tokens must be >= 0")
+	}
+	exact, patched, tok, err := mf.load()
+	if err != nil {
+		return err
+	}
+	_, tokens, err := readText(*textPath, tok)
+	if err != nil {
+		return err
+	}
+	if *limit > 0 && *limit < len(tokens) {
+		tokens = tokens[:*limit]
+	}
+	if len(tokens) < 2 {
+		return fmt.Errorf("%s: %d tokens; perplexity needs at least one after BOS", *textPath, len(tokens))
+	}
+	// Characters of the scored text: what the scored tokens decode to.
+	chars := utf8.RuneCountInString(tok.Decode(tokens))
+	opts := model.PerplexityOptions{Context: *ctxLen, Stride: *stride}
+	if opts.Context == 0 {
+		opts.Context = exact.Config().SeqLen
+		if opts.Context == 0 {
+			opts.Context = 512
+		}
+	}
+	if opts.Stride == 0 {
+		opts.Stride = max(1, opts.Context/2)
+	}
+	begins, _, _ := model.Windows(len(tokens), opts.Context, opts.Stride)
+	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
+	fmt.Fprintf(stdout, "text   %s: %d characters, %d tokens; windows of %d tokens, stride %d: %d windows\n",
+		filepath.Base(*textPath), chars, len(tokens), opts.Context, opts.Stride, len(begins))
+	m := exact
+	if patched != nil {
+		m, opts.Reference = patched, exact
+	}
+	prog := newProgress(stderr, len(begins), 0)
+	prog.begin("window 1")
+	opts.Progress = func(done, total int) {
+		prog.end("")
+		if done < total {
+			prog.begin(fmt.Sprintf("window %d", done+1))
+		}
+	}
+	r, err := model.Perplexity(ctx, m, tokens, opts)
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	res := pplJSON{
+		Model: mf.model, Text: *textPath, Context: opts.Context, Stride: opts.Stride, Windows: r.Windows,
+		Tokens: r.Tokens, Chars: chars,
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(stdout, "scored %d tokens\n\n", r.Tokens)
+	fmt.Fprintln(tw, "model\tperplexity\tbits/char\tnats/token\tKL(exact‖patched) nats/token")
+	if patched == nil {
+		res.Perplexity, res.BitsPerChar = r.PPL(), r.BitsPerChar(chars)
+		fmt.Fprintf(tw, "exact\t%.6g\t%.4f\t%.4f\t\n", r.PPL(), r.BitsPerChar(chars), r.NLL/float64(r.Tokens))
+	} else {
+		refBPC := r.RefNLL / math.Ln2 / float64(chars)
+		res.Perplexity, res.BitsPerChar = r.RefPPL(), refBPC
+		res.Patch = mf.patches
+		res.PatchedPPL, res.PatchedBPC, res.MeanKL = r.PPL(), r.BitsPerChar(chars), r.MeanKL()
+		fmt.Fprintf(tw, "exact\t%.6g\t%.4f\t%.4f\t\n", r.RefPPL(), refBPC, r.RefNLL/float64(r.Tokens))
+		fmt.Fprintf(tw, "patched\t%.6g\t%.4f\t%.4f\t%.5g\n", r.PPL(), r.BitsPerChar(chars), r.NLL/float64(r.Tokens), r.MeanKL())
+	}
+	tw.Flush()
+	if patched != nil {
+		fmt.Fprintln(stdout, "\nattention output error of each layer against exact attention on the same inputs:")
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "layer\tattention\trel. error")
+		for l, e := range r.LayerErr {
+			res.LayerRelErrs = append(res.LayerRelErrs, layerRelErr{l, patched.Attention(l), e})
+			fmt.Fprintf(tw, "%d\t%s\t%.4g\n", l, patched.Attention(l), e)
+		}
+		tw.Flush()
+	}
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(*out, "ppl.json")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "\nwrote", path)
+	}
+	return nil
+}
+
+// patchSummary joins -patch values for messages.
+func patchSummary(ps []string) string { return strings.Join(ps, "; ") }

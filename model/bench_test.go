@@ -1,0 +1,137 @@
+package model
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// stories15M is the shape of llama2.c's 15M-parameter model: dim 288, 6
+// layers, 6 heads, hidden 768, a vocabulary of 32000 shared with the output
+// layer, context 256.
+var stories15M = Config{Dim: 288, Hidden: 768, Layers: 6, Heads: 6, KVHeads: 6, Vocab: 32000, SeqLen: 256, TiedOutput: true}
+
+var (
+	benchOnce    sync.Once
+	benchWeights *Weights
+	benchDRAM    float64
+	benchPeak    float64
+)
+
+func benchSetup(b *testing.B) *Weights {
+	benchOnce.Do(func() {
+		w, err := RandomWeights(stories15M, 1)
+		if err != nil {
+			panic(err)
+		}
+		benchWeights = w
+		// Streaming read bandwidth of all cores over a buffer far larger
+		// than the caches: what a decode step, which reads every weight
+		// once, is bound by.
+		benchDRAM = simd.MeasureReadGBps(256<<20, runtime.GOMAXPROCS(0))
+		// FMA peak of all cores, which prefill's products are bound by.
+		benchPeak = simd.MeasurePeakGFlops(runtime.GOMAXPROCS(0), 200*time.Millisecond)
+	})
+	return benchWeights
+}
+
+// BenchmarkDecode15M times one generated token of the 15M shape, f32
+// weights, with the cache filling up to the context of 256 and starting
+// over. It reports tokens/s, the weight bytes read per second and that as
+// a fraction of the measured DRAM read bandwidth.
+func BenchmarkDecode15M(b *testing.B) {
+	w := benchSetup(b)
+	for _, name := range []string{"exact", "linear"} {
+		b.Run(name, func(b *testing.B) {
+			o := Options{}
+			if name != "exact" {
+				o.Patches = []Patch{{Mechanism: name}}
+			}
+			m, err := New(w, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sess, _ := m.NewSession()
+			logits := make([]float32, stories15M.Vocab)
+			rng := rand.New(rand.NewPCG(1, 1))
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if sess.Len() == stories15M.SeqLen {
+					sess.Reset()
+				}
+				if err := sess.Step(ctx, []int{rng.IntN(stories15M.Vocab)}, logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := b.Elapsed().Seconds()
+			bytes := 4 * float64(w.Params()) * float64(b.N)
+			b.ReportMetric(float64(b.N)/s, "tok/s")
+			b.ReportMetric(bytes/s/1e9, "GB/s")
+			b.ReportMetric(100*bytes/s/1e9/benchDRAM, "%DRAM")
+			b.ReportMetric(benchDRAM, "DRAM_GB/s")
+		})
+	}
+}
+
+// BenchmarkPrefill15M times Forward over 256 tokens of the 15M shape: the
+// exact model, the model with linear attention on every layer, and the
+// exact attention calls alone (flash, the same shapes, six layers), to
+// show attention's share.
+func BenchmarkPrefill15M(b *testing.B) {
+	w := benchSetup(b)
+	const n = 256
+	rng := rand.New(rand.NewPCG(2, 2))
+	tokens := randomTokens(rng, n, stories15M.Vocab)
+	ctx := context.Background()
+	for _, name := range []string{"exact", "linear"} {
+		b.Run(name, func(b *testing.B) {
+			o := Options{}
+			if name != "exact" {
+				o.Patches = []Patch{{Mechanism: name}}
+			}
+			m, err := New(w, o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			logits := make([]float32, stories15M.Vocab)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := m.Forward(ctx, tokens, n-1, logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := b.Elapsed().Seconds() / float64(b.N)
+			flops := 2*float64(w.Params()-stories15M.Vocab*stories15M.Dim)*n + 2*float64(stories15M.Vocab*stories15M.Dim)
+			b.ReportMetric(n/s, "tok/s")
+			b.ReportMetric(flops/s/1e9, "GFLOP/s(weights)")
+			b.ReportMetric(100*flops/s/1e9/benchPeak, "%peak")
+		})
+	}
+	b.Run("flash-attention-only", func(b *testing.B) {
+		m, _ := New(w, Options{})
+		c := m.Config()
+		s := attn.Shape{B: 1, H: c.Heads, HKV: c.KVHeads, N: n, M: n, D: c.HeadDim()}
+		q := make([]float32, s.QLen())
+		k, v := make([]float32, s.KVLen()), make([]float32, s.KVLen())
+		for i := range q {
+			q[i], k[i], v[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		}
+		out := make([]float32, s.QLen())
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			for range c.Layers {
+				if err := m.exact.Forward(ctx, s, q, k, v, attn.Options{Causal: true}, out, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(n/(b.Elapsed().Seconds()/float64(b.N)), "tok/s")
+	})
+}

@@ -1,0 +1,83 @@
+// Package model runs a small llama-style transformer decoder in pure Go,
+// with the attention of any layer replaced by any mechanism of this module
+// ("monkey patching", as the HyperAttention paper evaluates its method):
+// perplexity, generation and the activations of real models for the
+// accuracy experiments.
+//
+// # Architecture
+//
+// Llama (Touvron et al. 2023, arXiv 2302.13971), as llama2.c and
+// llama.cpp's "llama" architecture run it: token embedding; per layer
+// x += Wo·Attention(RoPE(Wq·n), RoPE(Wk·n), Wv·n) with n = RMSNorm(x), then
+// x += W2·(silu(W1·n) ⊙ W3·n) with n = RMSNorm(x); a final RMSNorm and an
+// output layer, tied to the embedding or not. Attention has Heads query
+// heads and KVHeads key/value heads (grouped-query attention, never
+// expanded), scale 1/sqrt(head size) and a causal mask. The rotary
+// embedding turns interleaved pairs (x[2i], x[2i+1]) of each head by
+// pos·RopeBase^(-2i/headsize), with angles computed in float64.
+//
+// # Passes
+//
+// Forward runs a whole sequence at once (prefill). Activations are kept
+// feature-major ([features][positions], positions padded to 16), so that
+// every projection is one product C = W·X through the simd.Gemm
+// micro-kernel with W read in place as stored and positions along the
+// vector lanes: nothing is transposed but each layer's queries, keys,
+// values and attention output, to and from attention's [heads][n][D]
+// layout. Products are tiled and spread over Options.Workers goroutines.
+// Each layer's attention is one call of its mechanism over the sequence
+// with the causal mask (exact layers: the fused kernel of package flash).
+//
+// A Session decodes step by step: exact layers keep a kvcache.Cache and
+// attend only the new positions (Cache.Step); a step of one token is
+// matrix-vector products (simd.DotRows: every weight read once, bound by
+// memory bandwidth) and one decode-kernel call per layer. Patched layers keep
+// their past queries, keys and values and run their mechanism over the
+// whole sequence at every step, keeping the new rows, so that decoding a
+// patched model gives what Forward gives on the whole sequence, at the
+// cost of a whole attention pass a step. Decoding token by token matches
+// Forward's logits to float32 rounding (the tests ask 1e-4).
+//
+// Costs per token: 2·P flops for P weights, plus attention: 4·t·Dim for
+// the t-th position with exact attention. A decode step reads every
+// weight once: 4·P bytes.
+//
+// # Patches
+//
+// Options.Patches names a registry mechanism and parameters per set of
+// layers ("hyper:layers=2-3,block=32,samples=32", see ParsePatch); the
+// mechanism of layer l is built once, in New, with seed Options.Seed+l.
+// Mechanisms that approximate softmax attention fall back to exact
+// attention below their own length threshold (their parameter min).
+// Under the causal mask no key after position t reaches the output at t,
+// whatever the mechanism; LSH-sorted ones (reformer, hyper) choose which
+// earlier keys a query sees from all queries of the sequence, so outputs
+// at t may change when later tokens do (see their packages), and a
+// patched model's logits at t then depend on the length of the pass.
+//
+// # Files
+//
+// ReadGGUF and WriteGGUF read and write GGUF version 3 files of the
+// llama architecture (tensors F32, F16, BF16 or Q8_0, dequantised at load;
+// the SentencePiece tokenizer stored in the file), through package gguf;
+// ReadLlama2C and WriteLlama2C read and write llama2.c checkpoints (run.c's
+// format) and package tokenizer reads its tokenizer.bin; Open picks the
+// format from the file's magic. Every reader checks sizes before
+// allocating, returns errors wrapping ErrFormat (malformed),
+// gguf.ErrFormat or attn.ErrUnsupported (valid but not supported here),
+// and never panics: all are fuzzed.
+//
+// # Errors
+//
+// Bad arguments (token ids outside the vocabulary, slices of the wrong
+// length, unknown mechanisms, layers out of range) return errors wrapping
+// attn.ErrInput or attn.ErrShape; mechanisms that cannot run causally (a
+// Linformer) return their attn.ErrUnsupported error from the first pass.
+// Every pass honours its context's cancellation between products.
+//
+// # Training
+//
+// Weights holds one plain []float32 per tensor, row-major [out][in], so
+// that a training loop can update them in place between passes; a Model
+// reads them at every call and keeps no derived copy.
+package model

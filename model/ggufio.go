@@ -1,0 +1,306 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/model/gguf"
+	"github.com/attnkit/attn/model/tokenizer"
+)
+
+// GGUF metadata keys of the llama architecture.
+const (
+	keyArch        = "general.architecture"
+	keyContext     = "llama.context_length"
+	keyDim         = "llama.embedding_length"
+	keyLayers      = "llama.block_count"
+	keyHidden      = "llama.feed_forward_length"
+	keyRopeDim     = "llama.rope.dimension_count"
+	keyHeads       = "llama.attention.head_count"
+	keyKVHeads     = "llama.attention.head_count_kv"
+	keyEps         = "llama.attention.layer_norm_rms_epsilon"
+	keyRopeBase    = "llama.rope.freq_base"
+	keyVocabSize   = "llama.vocab_size"
+	keyTokModel    = "tokenizer.ggml.model"
+	keyTokens      = "tokenizer.ggml.tokens"
+	keyScores      = "tokenizer.ggml.scores"
+	keyTokenType   = "tokenizer.ggml.token_type"
+	keyBOS         = "tokenizer.ggml.bos_token_id"
+	keyEOS         = "tokenizer.ggml.eos_token_id"
+	keyUnknown     = "tokenizer.ggml.unknown_token_id"
+	keySpacePrefix = "tokenizer.ggml.add_space_prefix"
+)
+
+// ReadGGUF reads a llama-architecture GGUF file: the weights (F32, F16,
+// BF16 or Q8_0, widened to float32) and, when the file holds one, the
+// tokenizer (nil otherwise). Other architectures, mixtures of experts,
+// rope scaling, partial rotary embeddings and quantisations other than
+// Q8_0 are errors wrapping attn.ErrUnsupported; missing or misshapen
+// tensors, tensors the architecture does not have and non-finite weights
+// wrap ErrFormat (or gguf.ErrFormat for a malformed container).
+func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error) {
+	f, err := gguf.Read(r, size)
+	if err != nil {
+		return nil, nil, err
+	}
+	arch, err := f.String(keyArch)
+	if err != nil {
+		return nil, nil, err
+	}
+	if arch != "llama" {
+		return nil, nil, fmt.Errorf("%w: architecture %q (this package runs llama)", attn.ErrUnsupported, arch)
+	}
+	cfg, err := ggufConfig(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	w := &Weights{Config: cfg, Layers: make([]Layer, cfg.Layers)}
+	want := map[string]bool{}
+	for _, t := range w.Tensors() {
+		want[t.Name] = true
+	}
+	for _, t := range f.Tensors {
+		if !want[t.Name] {
+			if t.Name == "rope_freqs.weight" {
+				return nil, nil, fmt.Errorf("%w: rope frequency factors (rope_freqs.weight, Llama 3.1 scaling)", attn.ErrUnsupported)
+			}
+			return nil, nil, fmt.Errorf("%w: tensor %s is not part of a llama model", ErrFormat, t.Name)
+		}
+	}
+	for _, t := range w.Tensors() {
+		info, ok := f.Tensor(t.Name)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: no tensor %s", ErrFormat, t.Name)
+		}
+		if !slices.Equal(info.Dims, ggufDims(t.Shape)) {
+			return nil, nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v for %+v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape), cfg)
+		}
+		data, err := f.ReadTensor(t.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		*t.Data = data
+	}
+	if err := w.Validate(); err != nil {
+		return nil, nil, err
+	}
+	tok, err := ggufTokenizer(f, cfg.Vocab)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, tok, nil
+}
+
+// ggufDims is a row-major shape as GGUF dimensions, innermost first.
+func ggufDims(shape []int) []uint64 {
+	d := make([]uint64, len(shape))
+	for i, s := range shape {
+		d[len(shape)-1-i] = uint64(s)
+	}
+	return d
+}
+
+func ggufConfig(f *gguf.File) (Config, error) {
+	var c Config
+	geti := func(key string, dst *int, required bool) error {
+		u, err := f.Uint(key)
+		if err != nil {
+			if _, ok := f.Value(key); !ok && !required {
+				return nil
+			}
+			return err
+		}
+		if u > math.MaxInt32 {
+			return fmt.Errorf("%w: %s = %d is too large", ErrFormat, key, u)
+		}
+		*dst = int(u)
+		return nil
+	}
+	getf := func(key string, dst *float32) error {
+		if _, ok := f.Value(key); !ok {
+			return nil
+		}
+		x, err := f.Float(key)
+		if err != nil {
+			return err
+		}
+		*dst = float32(x)
+		return nil
+	}
+	var ropeDim, vocab, experts, keyLen, valLen int
+	errs := []error{
+		geti(keyDim, &c.Dim, true), geti(keyHidden, &c.Hidden, true), geti(keyLayers, &c.Layers, true),
+		geti(keyHeads, &c.Heads, true), geti(keyKVHeads, &c.KVHeads, false), geti(keyContext, &c.SeqLen, false),
+		geti(keyRopeDim, &ropeDim, false), geti(keyVocabSize, &vocab, false),
+		geti("llama.expert_count", &experts, false),
+		geti("llama.attention.key_length", &keyLen, false), geti("llama.attention.value_length", &valLen, false),
+		getf(keyRopeBase, &c.RopeBase), getf(keyEps, &c.NormEps),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if experts > 0 {
+		return c, fmt.Errorf("%w: a mixture of %d experts", attn.ErrUnsupported, experts)
+	}
+	if s, err := f.String("llama.rope.scaling.type"); err == nil && s != "none" && s != "" {
+		return c, fmt.Errorf("%w: rope scaling %q", attn.ErrUnsupported, s)
+	}
+	// The vocabulary size is the embedding's row count.
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok || len(emb.Dims) != 2 || emb.Dims[1] > math.MaxInt32 {
+		return c, fmt.Errorf("%w: no 2-d tensor token_embd.weight", ErrFormat)
+	}
+	c.Vocab = int(emb.Dims[1])
+	if vocab != 0 && vocab != c.Vocab {
+		return c, fmt.Errorf("%w: %s = %d but token_embd.weight has %d rows", ErrFormat, keyVocabSize, vocab, c.Vocab)
+	}
+	_, hasOut := f.Tensor("output.weight")
+	c.TiedOutput = !hasOut
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	for _, x := range []struct {
+		key string
+		v   int
+	}{{keyRopeDim, ropeDim}, {"llama.attention.key_length", keyLen}, {"llama.attention.value_length", valLen}} {
+		if x.v != 0 && x.v != c.HeadDim() {
+			return c, fmt.Errorf("%w: %s = %d differs from the head size %d", attn.ErrUnsupported, x.key, x.v, c.HeadDim())
+		}
+	}
+	return c, nil
+}
+
+func ggufTokenizer(f *gguf.File, vocab int) (*tokenizer.Tokenizer, error) {
+	v, ok := f.Value(keyTokens)
+	if !ok {
+		return nil, nil
+	}
+	if mdl, err := f.String(keyTokModel); err != nil || mdl != "llama" {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: tokenizer model %q (this package reads SentencePiece, \"llama\")", attn.ErrUnsupported, mdl)
+	}
+	pieces, ok := v.([]string)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is %T, want an array of strings", ErrFormat, keyTokens, v)
+	}
+	if len(pieces) != vocab {
+		return nil, fmt.Errorf("%w: %d tokenizer pieces for a vocabulary of %d", ErrFormat, len(pieces), vocab)
+	}
+	var scores []float32
+	if v, ok := f.Value(keyScores); ok {
+		if scores, ok = v.([]float32); !ok {
+			return nil, fmt.Errorf("%w: %s is %T, want an array of float32", ErrFormat, keyScores, v)
+		}
+	}
+	var kinds []tokenizer.Kind
+	if v, ok := f.Value(keyTokenType); ok {
+		ts, ok := v.([]int32)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is %T, want an array of int32", ErrFormat, keyTokenType, v)
+		}
+		kinds = make([]tokenizer.Kind, len(ts))
+		for i, t := range ts {
+			kinds[i] = tokenizer.Kind(t)
+		}
+	}
+	tok, err := tokenizer.New(pieces, scores, kinds)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		key string
+		dst *int
+	}{{keyBOS, &tok.BOS}, {keyEOS, &tok.EOS}, {keyUnknown, &tok.Unknown}} {
+		if _, ok := f.Value(s.key); !ok {
+			continue
+		}
+		id, err := f.Uint(s.key)
+		if err != nil {
+			return nil, err
+		}
+		if id >= uint64(vocab) {
+			return nil, fmt.Errorf("%w: %s = %d outside the vocabulary of %d", ErrFormat, s.key, id, vocab)
+		}
+		*s.dst = int(id)
+	}
+	if v, ok := f.Value(keySpacePrefix); ok {
+		b, ok := v.(bool)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is %T, want a bool", ErrFormat, keySpacePrefix, v)
+		}
+		tok.AddSpacePrefix = b
+	}
+	return tok, nil
+}
+
+// WriteGGUF writes w, and tok when not nil, as a llama-architecture GGUF
+// file that ReadGGUF (and llama.cpp) read. Matrices are stored as typ (F32,
+// F16, BF16 or Q8_0); norm weights are always F32, as llama.cpp stores
+// them, and so is a Q8_0 matrix whose rows are not a multiple of 32.
+// name goes to general.name.
+func WriteGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.TensorType, name string) error {
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	if !typ.Supported() {
+		return fmt.Errorf("%w: gguf tensor type %v (want F32, F16, BF16 or Q8_0)", attn.ErrUnsupported, typ)
+	}
+	c := w.Config.WithDefaults()
+	kv := []gguf.KV{
+		{Key: keyArch, Value: "llama"},
+		{Key: "general.name", Value: name},
+		{Key: keyContext, Value: uint32(c.SeqLen)},
+		{Key: keyDim, Value: uint32(c.Dim)},
+		{Key: keyLayers, Value: uint32(c.Layers)},
+		{Key: keyHidden, Value: uint32(c.Hidden)},
+		{Key: keyRopeDim, Value: uint32(c.HeadDim())},
+		{Key: keyHeads, Value: uint32(c.Heads)},
+		{Key: keyKVHeads, Value: uint32(c.KVHeads)},
+		{Key: keyEps, Value: c.NormEps},
+		{Key: keyRopeBase, Value: c.RopeBase},
+		{Key: keyVocabSize, Value: uint32(c.Vocab)},
+	}
+	if tok != nil {
+		if tok.Len() != c.Vocab {
+			return fmt.Errorf("%w: tokenizer of %d pieces for a vocabulary of %d", attn.ErrInput, tok.Len(), c.Vocab)
+		}
+		types := make([]int32, tok.Len())
+		for i, k := range tok.Kinds() {
+			types[i] = int32(k)
+		}
+		kv = append(kv,
+			gguf.KV{Key: keyTokModel, Value: "llama"},
+			gguf.KV{Key: keyTokens, Value: tok.Pieces()},
+			gguf.KV{Key: keyScores, Value: tok.Scores()},
+			gguf.KV{Key: keyTokenType, Value: types},
+			gguf.KV{Key: keySpacePrefix, Value: tok.AddSpacePrefix},
+		)
+		for _, s := range []struct {
+			key string
+			id  int
+		}{{keyBOS, tok.BOS}, {keyEOS, tok.EOS}, {keyUnknown, tok.Unknown}} {
+			if s.id >= 0 {
+				kv = append(kv, gguf.KV{Key: s.key, Value: uint32(s.id)})
+			}
+		}
+	}
+	var ts []gguf.Tensor
+	for _, t := range w.Tensors() {
+		tt := typ
+		if len(t.Shape) == 1 || (typ == gguf.Q8_0 && t.Shape[len(t.Shape)-1]%gguf.Q8Block != 0) {
+			tt = gguf.F32
+		}
+		ts = append(ts, gguf.Tensor{Name: t.Name, Dims: ggufDims(t.Shape), Type: tt, Data: *t.Data})
+	}
+	return gguf.Write(out, kv, ts)
+}
+
+// isGGUF reports whether head starts a GGUF file.
+func isGGUF(head []byte) bool { return strings.HasPrefix(string(head), gguf.Magic) }

@@ -1,0 +1,188 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/attnkit/attn"
+)
+
+// PerplexityOptions set how Perplexity slides its windows.
+type PerplexityOptions struct {
+	// Context is the number of tokens in a window; 0 means the model's
+	// SeqLen, or 512 when that is unknown.
+	Context int
+	// Stride is how far a window moves; 0 means Context/2 (at least 1).
+	// Each token is scored once, by the first window that holds it with
+	// a position to predict it from, as in Hugging Face's sliding-window
+	// perplexity.
+	Stride int
+	// Reference, when not nil, is run on the same windows (it should be
+	// the exact model of the same weights) for the KL divergence and the
+	// per-layer errors of PerplexityResult.
+	Reference *Model
+	// Progress, when not nil, is called after each window.
+	Progress func(done, total int)
+}
+
+// PerplexityResult sums the scores of Perplexity.
+type PerplexityResult struct {
+	Tokens  int     // tokens scored
+	Windows int     // windows run
+	NLL     float64 // negative log-likelihood of the scored tokens, nats, summed
+	// RefNLL and KL are set with a Reference: its NLL, and the sum over
+	// the scored positions of KL(reference ‖ model) of the next-token
+	// distributions, in nats.
+	RefNLL, KL float64
+	// LayerErr, with a Reference, holds for each layer the relative error
+	// ‖O − O_exact‖/‖O_exact‖ of the attention output over all windows,
+	// O_exact being exact attention on the same queries, keys and values
+	// (the patched model's own): the error of the mechanism alone, not
+	// what earlier layers added. Exact layers have 0.
+	LayerErr []float64
+}
+
+// PPL returns exp(NLL/Tokens).
+func (r PerplexityResult) PPL() float64 { return math.Exp(r.NLL / float64(r.Tokens)) }
+
+// RefPPL returns the reference's perplexity.
+func (r PerplexityResult) RefPPL() float64 { return math.Exp(r.RefNLL / float64(r.Tokens)) }
+
+// MeanKL returns KL/Tokens.
+func (r PerplexityResult) MeanKL() float64 { return r.KL / float64(r.Tokens) }
+
+// BitsPerChar returns NLL in bits over chars characters, the length of the
+// scored text.
+func (r PerplexityResult) BitsPerChar(chars int) float64 {
+	return r.NLL / math.Ln2 / float64(chars)
+}
+
+// Windows returns the windows [begin, end) Perplexity runs over n tokens,
+// and for each the first position it scores.
+func Windows(n, ctxLen, stride int) (begin, end, first []int) {
+	prev := 0
+	for b := 0; ; b += stride {
+		e := min(b+ctxLen, n)
+		begin, end, first = append(begin, b), append(end, e), append(first, max(prev, b+1))
+		prev = e
+		if e >= n {
+			return begin, end, first
+		}
+	}
+}
+
+// Perplexity scores tokens (which should start with BOS) with m over
+// sliding windows: every token but the first is predicted from the tokens
+// of its window before it.
+func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions) (PerplexityResult, error) {
+	var r PerplexityResult
+	if len(tokens) < 2 {
+		return r, fmt.Errorf("%w: %d tokens; perplexity needs at least 2", attn.ErrInput, len(tokens))
+	}
+	ctxLen := o.Context
+	if ctxLen == 0 {
+		ctxLen = m.cfg.SeqLen
+		if ctxLen == 0 {
+			ctxLen = 512
+		}
+	}
+	if ctxLen < 2 {
+		return r, fmt.Errorf("%w: context %d, want >= 2", attn.ErrInput, ctxLen)
+	}
+	stride := o.Stride
+	if stride == 0 {
+		stride = max(1, ctxLen/2)
+	}
+	if stride < 1 || stride > ctxLen {
+		return r, fmt.Errorf("%w: stride %d, want 1 to the context %d", attn.ErrInput, stride, ctxLen)
+	}
+	ref := o.Reference
+	if ref != nil && (ref.cfg != m.cfg) {
+		return r, fmt.Errorf("%w: the reference model has another architecture", attn.ErrInput)
+	}
+	v := m.cfg.Vocab
+	var errSq, refSq []float64
+	var obs Observer
+	if ref != nil {
+		errSq, refSq = make([]float64, m.cfg.Layers), make([]float64, m.cfg.Layers)
+		var exact []float32
+		obs = func(l int, s attn.Shape, q, k, vv, out []float32) error {
+			if !m.patched[l] {
+				return nil
+			}
+			exact = grow(exact, len(out))
+			if err := m.exact.Forward(ctx, s, q, k, vv, attn.Options{Causal: true, Workers: m.workers}, exact, nil); err != nil {
+				return err
+			}
+			for i, e := range exact {
+				d := float64(out[i] - e)
+				errSq[l] += d * d
+				refSq[l] += float64(e) * float64(e)
+			}
+			return nil
+		}
+	}
+	begins, ends, firsts := Windows(len(tokens), ctxLen, stride)
+	var logits, refLogits []float32
+	lp, lq := make([]float64, v), make([]float64, v)
+	for w := range begins {
+		b, e, f := begins[w], ends[w], firsts[w]
+		from := f - 1 - b // logits at local position from… predict tokens f…
+		rows := e - b - from
+		logits = grow(logits, rows*v)
+		if err := m.ForwardObserve(ctx, tokens[b:e], from, logits, obs); err != nil {
+			return r, err
+		}
+		if ref != nil {
+			refLogits = grow(refLogits, rows*v)
+			if err := ref.Forward(ctx, tokens[b:e], from, refLogits); err != nil {
+				return r, err
+			}
+		}
+		for i := range e - f { // the last row predicts past the window
+			target := tokens[f+i]
+			logSoftmax(lq, logits[i*v:][:v])
+			r.NLL -= lq[target]
+			if ref != nil {
+				logSoftmax(lp, refLogits[i*v:][:v])
+				r.RefNLL -= lp[target]
+				var kl float64
+				for j, a := range lp {
+					kl += math.Exp(a) * (a - lq[j])
+				}
+				r.KL += max(kl, 0)
+			}
+		}
+		r.Tokens += e - f
+		r.Windows++
+		if o.Progress != nil {
+			o.Progress(w+1, len(begins))
+		}
+	}
+	if ref != nil {
+		r.LayerErr = make([]float64, m.cfg.Layers)
+		for l := range r.LayerErr {
+			if refSq[l] > 0 {
+				r.LayerErr[l] = math.Sqrt(errSq[l] / refSq[l])
+			}
+		}
+	}
+	return r, nil
+}
+
+// logSoftmax sets dst[i] = x[i] − log Σ exp(x), in float64.
+func logSoftmax(dst []float64, x []float32) {
+	mx := math.Inf(-1)
+	for _, a := range x {
+		mx = math.Max(mx, float64(a))
+	}
+	var s float64
+	for _, a := range x {
+		s += math.Exp(float64(a) - mx)
+	}
+	lse := mx + math.Log(s)
+	for i, a := range x {
+		dst[i] = float64(a) - lse
+	}
+}
