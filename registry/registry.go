@@ -20,6 +20,7 @@ import (
 	"github.com/attnkit/attn/linear"
 	"github.com/attnkit/attn/linformer"
 	"github.com/attnkit/attn/performer"
+	"github.com/attnkit/attn/reformer"
 	"github.com/attnkit/attn/sparse"
 )
 
@@ -235,6 +236,53 @@ var entries = []Entry{
 				return nil, err
 			}
 			return m, nil
+		},
+	},
+	{
+		Name:    "reformer",
+		Summary: "Reformer LSH attention: angular LSH, sorted chunks, rounds merged by lse (package reformer)",
+		Params: []Param{
+			{Name: "hashes", Default: "4", Doc: "hash rounds; more rounds see more keys"},
+			{Name: "bucket", Default: "64", Doc: "chunk size (tokens): a query attends to its chunk and the previous one, at most 2·bucket keys per round"},
+			{Name: "buckets", Default: "0", Doc: "hash buckets per round; 0: ceil(M/bucket); above 64 factorised into two even factors"},
+			{Name: "min", Default: "2048", Doc: "use exact attention when N or M is below this (tokens); unset: 2048, or 4096 under the causal mask; 0 never falls back"},
+			{Name: "qk", Default: "separate", Doc: "separate, or shared: keys are the queries normalised to unit length (needs N == M and H == Hkv; implies self=exclude)"},
+			{Name: "self", Default: "keep", Doc: "keep, or exclude: a query skips the key at its own position unless it sees no other"},
+		},
+		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
+			cfg := reformer.Config{Seed: seed}
+			var err error
+			if cfg.Hashes, err = p.Int("hashes", reformer.DefaultHashes, 1, reformer.MaxHashes); err != nil {
+				return nil, err
+			}
+			if cfg.Bucket, err = p.Int("bucket", reformer.DefaultBucket, 1, reformer.MaxBucket); err != nil {
+				return nil, err
+			}
+			if cfg.Buckets, err = p.Int("buckets", 0, 0, reformer.MaxBuckets); err != nil {
+				return nil, err
+			}
+			if p.Has("min") {
+				// The command line's min=0 never falls back; in Config that
+				// is a negative Min (0 there means the default).
+				m, err := p.Int("min", 0, 0, 1<<40)
+				if err != nil {
+					return nil, err
+				}
+				cfg.Min = m
+				if m == 0 {
+					cfg.Min = -1
+				}
+			}
+			qk, err := p.String("qk", "separate", "separate", "shared")
+			if err != nil {
+				return nil, err
+			}
+			self, err := p.String("self", "keep", "keep", "exclude")
+			if err != nil {
+				return nil, err
+			}
+			cfg.SharedQK, cfg.ExcludeSelf = qk == "shared", self == "exclude"
+			return reformer.New(cfg)
 		},
 	},
 	{
