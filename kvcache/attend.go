@@ -216,6 +216,7 @@ type decodeScratch struct {
 	vb   []float32 // [decodeBlock][stride] widened values
 	acc  []float32 // [g][stride]
 	m, l []float32
+	sink float32 // keeps the touch loads from being optimised away
 }
 
 func newDecodeScratch(g, stride int) *decodeScratch {
@@ -244,6 +245,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 	base := bh * c.cap * st
 	for j0 := lo; j0 < hi; j0 += decodeBlock {
 		nb := min(decodeBlock, hi-j0)
+		c.touch(sc, base+j0*st, nb)
 		k, v := c.rows(sc, base+j0*st, nb)
 		// Each key row is loaded once for all g query rows of the group.
 		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, k, st, nb, d)
@@ -284,6 +286,38 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 		}
 		lse[r] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
 	}
+}
+
+// touch reads one element of every 64-byte line of nb stored K and V rows
+// from element offset off. The kernels read a block in an order the
+// hardware prefetcher follows one line at a time (V in column panels, K a
+// few rows at a time); this plain pass puts all of the block's lines in
+// flight at once, so they arrive at streaming speed and the kernels then
+// read the L2 cache. Measured in one run (f32, Hkv=8, 65536 positions):
+// 15.5 GB/s without, 20.3 GB/s with.
+func (c *Cache) touch(sc *decodeScratch, off, nb int) {
+	n := nb * c.stride
+	if c.cfg.DType == F32 {
+		sc.sink += touchLines(c.kf[off:][:n], 16) + touchLines(c.vf[off:][:n], 16)
+		return
+	}
+	sc.sink += float32(touchLines(c.kh[off:][:n], 32) + touchLines(c.vh[off:][:n], 32))
+}
+
+// touchLines sums x[0], x[per], x[2·per], … with four independent chains.
+func touchLines[T float32 | uint16](x []T, per int) T {
+	var s0, s1, s2, s3 T
+	i := 0
+	for ; i+4*per <= len(x); i += 4 * per {
+		s0 += x[i]
+		s1 += x[i+per]
+		s2 += x[i+2*per]
+		s3 += x[i+3*per]
+	}
+	for ; i < len(x); i += per {
+		s0 += x[i]
+	}
+	return s0 + s1 + s2 + s3
 }
 
 // rows returns nb stored rows from element offset off as float32, widening
