@@ -1,0 +1,680 @@
+package flash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// The backward pass's tiles. They are its own, not Config's: a backward
+// tile holds the positions of one query head (the forward's hold a whole
+// GQA group), and its products have other shapes.
+const (
+	// gradTileRows is the number of query positions of one head per
+	// tile; a multiple of simd.Panel, since queries run along the vector
+	// lanes.
+	gradTileRows = 64
+	// gradTileKeys is the number of keys per key tile.
+	gradTileKeys = 64
+	// gradTasks is the number of tasks Backward aims for: when there are
+	// fewer (batch row, kv head) pairs, each pair's query heads are split
+	// and then its key tiles cut into runs, so that two cores shared with
+	// other work stay balanced.
+	gradTasks = 16
+	// gradPartialFloats bounds the memory of the partials: no more head
+	// subsets than fit their dK and dV, and no more runs than fit their
+	// dQ, in 2^26 floats (256 MiB).
+	gradPartialFloats = 1 << 26
+)
+
+// Backward computes the gradients of exact attention in the manner of
+// FlashAttention-2 (Dao, 2023, Algorithm 2). Given the inputs q, k, v of
+// a forward pass, its out and lse (as Forward, or ForwardPattern with the
+// same pat, wrote them) and dout, the gradient of a loss with respect to
+// out, it writes the gradients of the loss with respect to q, k and v
+// into dq, dk and dv. The shape, the options and the pattern (nil means
+// dense attention) must be those of the forward pass; dq and dout are laid
+// out like q, dk and dv like k. dq, dk and dv are overwritten, never
+// read, and must not overlap the inputs.
+//
+// The probabilities are recomputed tile by tile from q, k and lse,
+// P = exp(scale·Q·Kᵀ − lse), and never stored whole:
+//
+//	D_i = rowsum(dO_i ∘ O_i)
+//	dV += Pᵀ·dO;  dP = dO·Vᵀ;  dS = P ∘ (dP − D)
+//	dQ += scale·dS·K;  dK += scale·dSᵀ·Q
+//
+// each product a simd.Gemm on a tile of one head's query positions and a
+// tile of keys. dK and dV of a kv head sum over the query heads of its
+// GQA group; K and V are never expanded. Keys a query cannot see under
+// the causal, padding and pattern masks get probability 0 and add
+// nothing: a row that sees no key (lse −Inf) gets dq 0, a key no row sees
+// gets dk and dv 0, and a padded key is never read.
+//
+// # Work split and determinism
+//
+// The unit of work is a run of key tiles of one (batch row, kv head)
+// against a subset of the group's query heads. It accumulates those
+// keys' dK and dV in tiles while it walks every query tile of its heads
+// that sees them (four key tiles at a time, so that each query tile is
+// read once for the four); its contributions to dQ go to a dQ partial of
+// its run. With at least 16 (batch row, kv head) pairs each pair is one
+// unit. With fewer, the group's query heads are first split into up to
+// ⌈16/pairs⌉ subsets, each with dK and dV partials (the size of K and
+// V), and if that is not enough the key tiles are cut into runs of about
+// equal work, each with a dQ partial (the size of Q); the partials, at
+// most 2^26 floats of each kind, are added in a fixed order at the end.
+// Units are handed to goroutines largest first. The split and every order
+// of summation depend only on the shape, the options and the pattern,
+// not on the worker count or the scheduling: a call gives the same bits
+// with any Options.Workers and on any machine with the same kernels.
+//
+// # Cost
+//
+// 10·B·H·N·M·D flops for dense attention (about half of it causal): five
+// products the size of the forward's two, plus one exp per visible
+// (query, key) pair. Extra memory is O(B·H·N·D), never O(N·M): the
+// queries and output gradients packed as the products read them (2
+// copies, 4 when D is not a multiple of 16), one transposed dQ per run of
+// keys and, when the heads are split, dK and dV per subset; plus O(gradTileKeys·(gradTileRows+D)) floats per
+// worker (about 330 KB at D = 64).
+//
+// Errors wrap attn.ErrShape or attn.ErrInput as for Forward (a nil lse or
+// a wrong length of dout, dq, dk or dv is an attn.ErrShape error). A
+// cancelled ctx stops the pass and returns its error, the outputs then
+// being partly written.
+func (kn *Kernel) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, pat Pattern, dq, dk, dv []float32) error {
+	return backward(ctx, s, q, k, v, out, lse, dout, o, pat, dq, dk, dv, gradTileRows, gradTileKeys)
+}
+
+// backward is Backward with the tile sizes as parameters, for the tests:
+// bq query positions (a multiple of simd.Panel) and bk keys per tile.
+func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, pat Pattern,
+	dq, dk, dv []float32, bq, bk int) error {
+	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
+		return err
+	}
+	if lse == nil {
+		return fmt.Errorf("%w: Backward needs lse, the log-sum-exp of the forward pass", attn.ErrShape)
+	}
+	for _, t := range []struct {
+		name      string
+		got, want int
+		dims      string
+	}{
+		{"dout", len(dout), s.QLen(), "B·H·N·D"},
+		{"dq", len(dq), s.QLen(), "B·H·N·D"},
+		{"dk", len(dk), s.KVLen(), "B·Hkv·M·D"},
+		{"dv", len(dv), s.KVLen(), "B·Hkv·M·D"},
+	} {
+		if t.got != t.want {
+			return fmt.Errorf("%w: len(%s) = %d, want %s = %d", attn.ErrShape, t.name, t.got, t.dims, t.want)
+		}
+	}
+	if pat == nil {
+		pat = dense{}
+	}
+	p := newGradPlan(s, q, k, v, out, lse, dout, o, pat, dq, dk, dv, bq, bk)
+	procs := runtime.GOMAXPROCS(0)
+	tiles := s.B * s.H * p.qTiles
+	if err := gradParallel(ctx, o.WorkerCount(procs, tiles), tiles,
+		func() struct{} { return struct{}{} },
+		func(_ struct{}, it int) error { p.prepare(it); return nil }); err != nil {
+		return err
+	}
+	tasks := p.tasks()
+	if err := gradParallel(ctx, o.WorkerCount(procs, len(tasks)), len(tasks),
+		func() *gradWork { return newGradWork(s.D, p.dp, bq, bk) },
+		func(w *gradWork, n int) error { return p.run(ctx, w, tasks[n]) }); err != nil {
+		return err
+	}
+	if err := gradParallel(ctx, o.WorkerCount(procs, tiles), tiles,
+		func() struct{} { return struct{}{} },
+		func(_ struct{}, it int) error { p.gatherDQ(it); return nil }); err != nil {
+		return err
+	}
+	if p.subs == 1 {
+		return nil
+	}
+	rows := (s.B*s.HKV*s.M + 63) / 64
+	return gradParallel(ctx, o.WorkerCount(procs, rows), rows,
+		func() struct{} { return struct{}{} },
+		func(_ struct{}, n int) error { p.gatherKV(n); return nil })
+}
+
+// gradPlan is one Backward call's state. The workers read it and write
+// only disjoint parts of its buffers and of the outputs.
+type gradPlan struct {
+	s                       attn.Shape
+	o                       attn.Options
+	pat                     Pattern
+	q, k, v, out, lse, dout []float32
+	dq, dk, dv              []float32
+	scale                   float32
+	bq, bk                  int // query positions and keys per tile
+	dp                      int // D rounded up to simd.Panel
+	qTiles, kTiles          int // tiles per head
+	subs                    int // subsets of a group's query heads
+	segs                    int // runs of key tiles per (batch row, kv head)
+
+	// Per query tile it = (b·H + h)·qTiles + qt, with bq lanes a tile
+	// (lanes past the last position hold 0 but for row D of qsT):
+	qsT []float32 // [it][D+1][bq]: scale·Q transposed, then the row lse
+	doT []float32 // [it][D+1][bq]: dO transposed, then the row D_i = dO_i·O_i
+	qp  []float32 // [it][bq][dp]: Q padded; nil when D = dp (q serves)
+	dop []float32 // [it][bq][dp]: dO padded; nil when D = dp (dout serves)
+	dqT []float32 // [segs][it][D][bq]: unscaled dQ partials, transposed
+	// With subs > 1, per subset of the query heads:
+	dkp []float32 // [subs][B·Hkv·M·D]: unscaled dK partials
+	dvp []float32 // [subs][B·Hkv·M·D]: dV partials
+
+	keys map[int]*gradKeys // the visits of each distinct key length
+}
+
+// gradKeys is what the batch rows with one key length share: which query
+// tiles visit each key tile, and the visible key ends of every position.
+type gradKeys struct {
+	visits [][]gradVisit // [kTiles]: query tiles in ascending order
+	ends   []int32       // [qTiles·bq]: visible keys [0, end) per position
+	weight []int         // [kTiles]: (query, key) pairs visited per head
+	runs   [][2]int      // [segs]: key tiles [lo, hi) of each run
+	runW   []int         // [segs]: weight of each run
+}
+
+// gradVisit is the part [c0, c1) of a key tile that query tile qt reads.
+// When full is false the pattern masks it key by key.
+type gradVisit struct {
+	qt, c0, c1 int32
+	full       bool
+}
+
+func padPanel(n int) int { return (n + simd.Panel - 1) / simd.Panel * simd.Panel }
+
+func newGradPlan(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, pat Pattern,
+	dq, dk, dv []float32, bq, bk int) *gradPlan {
+	p := &gradPlan{
+		s: s, o: o, pat: pat,
+		q: q, k: k, v: v, out: out, lse: lse, dout: dout,
+		dq: dq, dk: dk, dv: dv,
+		scale: o.ScaleFor(s.D),
+		bq:    bq, bk: bk,
+		dp:     padPanel(s.D),
+		qTiles: (s.N + bq - 1) / bq,
+		kTiles: (s.M + bk - 1) / bk,
+	}
+	tiles := s.B * s.H * p.qTiles
+	tsz := tiles * s.D * bq
+	// Tasks beyond one per pair come first from splitting the group's
+	// query heads, whose partials are the size of dK and dV, then from
+	// cutting the keys into runs, whose partials are the size of dQ.
+	pairs := s.B * s.HKV
+	p.subs = min(max(1, (gradTasks+pairs-1)/pairs), s.Group(), max(1, gradPartialFloats/(2*s.KVLen())))
+	p.segs = min(max(1, (gradTasks+pairs*p.subs-1)/(pairs*p.subs)), p.kTiles, max(1, gradPartialFloats/tsz))
+	p.qsT = make([]float32, tiles*(s.D+1)*bq)
+	p.doT = make([]float32, tiles*(s.D+1)*bq)
+	if p.dp != s.D {
+		p.qp = make([]float32, tiles*bq*p.dp)
+		p.dop = make([]float32, tiles*bq*p.dp)
+	}
+	p.dqT = make([]float32, p.segs*tsz)
+	if p.subs > 1 {
+		p.dkp = make([]float32, p.subs*s.KVLen())
+		p.dvp = make([]float32, p.subs*s.KVLen())
+	}
+	p.keys = make(map[int]*gradKeys)
+	for b := range s.B {
+		kend := o.KeyEnd(s, b)
+		if p.keys[kend] == nil {
+			p.keys[kend] = p.keyVisits(b)
+		}
+	}
+	return p
+}
+
+// keyVisits lists, for the key length of batch row b, the query tiles
+// that visit each key tile, from the pattern's ranges clipped to the keys
+// the causal and padding masks leave; and cuts the key tiles into runs of
+// about equal work.
+func (p *gradPlan) keyVisits(b int) *gradKeys {
+	s := p.s
+	kk := &gradKeys{
+		visits: make([][]gradVisit, p.kTiles),
+		ends:   make([]int32, p.qTiles*p.bq),
+		weight: make([]int, p.kTiles),
+	}
+	shift := s.M - s.N // absolute position of query 0
+	var ranges []Range
+	for qt := range p.qTiles {
+		i0 := qt * p.bq
+		i1 := min(i0+p.bq, s.N)
+		for i := i0; i < i1; i++ {
+			kk.ends[i] = int32(p.o.VisibleKeys(s, b, i))
+		}
+		// Visible ends never fall with the position: the last row's is
+		// the tile's largest.
+		maxEnd := int(kk.ends[i1-1])
+		ranges = p.pat.KeyRanges(ranges[:0], shift+i0, shift+i1, s.M)
+		cur := gradVisit{qt: int32(qt)}
+		curTile := -1
+		flush := func() {
+			if curTile >= 0 {
+				kk.visits[curTile] = append(kk.visits[curTile], cur)
+				kk.weight[curTile] += int(cur.c1-cur.c0) * (i1 - i0)
+			}
+		}
+		for _, rg := range ranges {
+			lo, hi := max(rg.Lo, 0), min(rg.Hi, maxEnd)
+			for j := lo; j < hi; {
+				kt := j / p.bk
+				c0, c1 := j-kt*p.bk, min(hi-kt*p.bk, p.bk)
+				if kt == curTile {
+					// A second range in the same tile: the keys between
+					// the two are outside both, so the tile is masked.
+					cur.full = cur.full && rg.Full && int32(c0) == cur.c1
+					cur.c1 = int32(c1)
+				} else {
+					flush()
+					curTile = kt
+					cur = gradVisit{qt: int32(qt), c0: int32(c0), c1: int32(c1), full: rg.Full}
+				}
+				j = kt*p.bk + c1
+			}
+		}
+		flush()
+	}
+
+	// Cut the key tiles into segs runs of about equal weight, each at
+	// least one tile.
+	total := 0
+	for _, w := range kk.weight {
+		total += w
+	}
+	lo, acc := 0, 0
+	for r := range p.segs {
+		hi := lo + 1
+		acc += kk.weight[lo]
+		left := p.segs - 1 - r // runs still to come, each needing a tile
+		for hi < p.kTiles-left && (r == p.segs-1 || acc+kk.weight[hi] <= (r+1)*total/p.segs) {
+			acc += kk.weight[hi]
+			hi++
+		}
+		if r == p.segs-1 {
+			hi = p.kTiles
+		}
+		w := 0
+		for _, x := range kk.weight[lo:hi] {
+			w += x
+		}
+		kk.runs = append(kk.runs, [2]int{lo, hi})
+		kk.runW = append(kk.runW, w)
+		lo = hi
+	}
+	return kk
+}
+
+// prepare packs query tile it: scale·Q and dO transposed (and padded
+// copies when D is not a multiple of simd.Panel), each with one more row:
+// lse under scale·Qᵀ and D_i under dOᵀ. The key tiles get a last column
+// of -1 (gradBlock.kp, vp), so that the products give S − lse and
+// dP − D directly. Where a lane has no query or its query sees no key,
+// the lse row holds +Inf, which makes every P of the lane exp(-Inf) = 0.
+func (p *gradPlan) prepare(it int) {
+	s, d, bq := p.s, p.s.D, p.bq
+	bh, qt := it/p.qTiles, it%p.qTiles
+	i0 := qt * bq
+	nr := min(bq, s.N-i0)
+	row0 := bh*s.N + i0
+	qsT := p.qsT[it*(d+1)*bq:][:(d+1)*bq]
+	doT := p.doT[it*(d+1)*bq:][:(d+1)*bq]
+	shift := qsT[d*bq:]
+	delta := doT[d*bq:]
+	inf := float32(math.Inf(1))
+	for r := range nr {
+		qr := p.q[(row0+r)*d:][:d]
+		gr := p.dout[(row0+r)*d:][:d]
+		for c, x := range qr {
+			qsT[c*bq+r] = x * p.scale
+		}
+		for c, x := range gr {
+			doT[c*bq+r] = x
+		}
+		if p.qp != nil {
+			copy(p.qp[(it*bq+r)*p.dp:][:d], qr)
+			copy(p.dop[(it*bq+r)*p.dp:][:d], gr)
+		}
+		l := p.lse[row0+r]
+		if math.IsInf(float64(l), -1) {
+			// The row saw no key: its output is the constant 0.
+			shift[r] = inf
+			continue
+		}
+		shift[r] = l
+		delta[r] = simd.Dot(gr, p.out[(row0+r)*d:][:d])
+	}
+	for r := nr; r < bq; r++ {
+		shift[r] = inf
+	}
+}
+
+// gradTask is one run of key tiles [kt0, kt1) of one (batch row, kv
+// head) against the group's query heads [h0, h1) (absolute head numbers)
+// of subset sub, writing its dQ contributions to partial seg and, when
+// the heads are split, its dK and dV to partial sub.
+type gradTask struct {
+	b, kvh, sub, h0, h1, seg, kt0, kt1, weight int
+}
+
+// tasks lists the runs, heaviest first (ties in a fixed order).
+func (p *gradPlan) tasks() []gradTask {
+	var ts []gradTask
+	for b := range p.s.B {
+		kk := p.keys[p.o.KeyEnd(p.s, b)]
+		for kvh := range p.s.HKV {
+			g := p.s.Group()
+			for sub := range p.subs {
+				h0, h1 := kvh*g+sub*g/p.subs, kvh*g+(sub+1)*g/p.subs
+				for r, run := range kk.runs {
+					ts = append(ts, gradTask{b: b, kvh: kvh, sub: sub, h0: h0, h1: h1, seg: r,
+						kt0: run[0], kt1: run[1], weight: kk.runW[r] * (h1 - h0)})
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(ts, func(a, b gradTask) int { return b.weight - a.weight })
+	return ts
+}
+
+// gradWork is one worker's scratch: O(gradGroup·bk·(bq + D)) floats.
+type gradWork struct {
+	st   []float32   // [bk][bq]: logits less lse, then probabilities Pᵀ
+	dst  []float32   // [bk][bq]: dPᵀ less D, then dSᵀ
+	line []float32   // [bk]: one query's logits, for the pattern
+	keys []gradBlock // [gradGroup]
+}
+
+// gradBlock is one key tile of a group being computed.
+type gradBlock struct {
+	j0, nk int       // keys [j0, j0+nk)
+	dk     []float32 // [bk][dp]: the tile's unscaled dK
+	dv     []float32 // [bk][dp]: the tile's dV
+	kp     []float32 // [bk][D+1]: the keys, each followed by -1
+	vp     []float32 // [bk][D+1]: the values, each followed by -1
+	kt     []float32 // [D][bk]: the keys transposed
+}
+
+// gradGroup is the number of key tiles a worker computes together: it
+// walks the query tiles once for all of them, so that a query tile's
+// operands and dQ partial are read from memory once per group (and then
+// from cache) rather than once per key tile.
+const gradGroup = 4
+
+func newGradWork(d, dp, bq, bk int) *gradWork {
+	w := &gradWork{
+		st:   make([]float32, bk*bq),
+		dst:  make([]float32, bk*bq),
+		line: make([]float32, bk),
+		keys: make([]gradBlock, gradGroup),
+	}
+	for i := range w.keys {
+		w.keys[i] = gradBlock{
+			dk: make([]float32, bk*dp),
+			dv: make([]float32, bk*dp),
+			kp: make([]float32, bk*(d+1)),
+			vp: make([]float32, bk*(d+1)),
+			kt: make([]float32, d*bk),
+		}
+	}
+	return w
+}
+
+// run computes task t, gradGroup key tiles at a time: it packs them, then
+// for every query head of the group and every query tile in ascending
+// order, folds the visits of that query tile to the group's key tiles
+// (in ascending order), and finally writes the tiles' dK and dV. Every
+// sum is thus taken in a fixed order: dK and dV of a tile over (head,
+// query tile), dQ of a query tile over key tiles.
+func (p *gradPlan) run(ctx context.Context, w *gradWork, t gradTask) error {
+	s, d, dp, bk := p.s, p.s.D, p.dp, p.bk
+	kk := p.keys[p.o.KeyEnd(s, t.b)]
+	base := (t.b*s.HKV + t.kvh) * s.M // first key row of the pair
+	tsz := s.B * s.H * p.qTiles * d * p.bq
+	dqT := p.dqT[t.seg*tsz:][:tsz]
+	for kt0 := t.kt0; kt0 < t.kt1; kt0 += gradGroup {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		blocks := w.keys[:min(gradGroup, t.kt1-kt0)]
+		for x := range blocks {
+			kb := &blocks[x]
+			kb.j0 = (kt0 + x) * bk
+			kb.nk = min(bk, s.M-kb.j0)
+			clear(kb.dk[:kb.nk*dp])
+			clear(kb.dv[:kb.nk*dp])
+			if len(kk.visits[kt0+x]) == 0 {
+				continue
+			}
+			for j := range kb.nk {
+				kr := p.k[(base+kb.j0+j)*d:][:d]
+				for c, v := range kr {
+					kb.kt[c*bk+j] = v
+				}
+				copy(kb.kp[j*(d+1):], kr)
+				copy(kb.vp[j*(d+1):], p.v[(base+kb.j0+j)*d:][:d])
+				kb.kp[j*(d+1)+d] = -1
+				kb.vp[j*(d+1)+d] = -1
+			}
+		}
+		for h := t.h0; h < t.h1; h++ {
+			// Merge the tiles' visit lists, each sorted by query tile.
+			var next [gradGroup]int
+			for {
+				qt := int32(math.MaxInt32)
+				for x := range blocks {
+					if vis := kk.visits[kt0+x]; next[x] < len(vis) {
+						qt = min(qt, vis[next[x]].qt)
+					}
+				}
+				if qt == math.MaxInt32 {
+					break
+				}
+				for x := range blocks {
+					if vis := kk.visits[kt0+x]; next[x] < len(vis) && vis[next[x]].qt == qt {
+						p.visit(w, &blocks[x], kk, t.b, h, vis[next[x]], dqT)
+						next[x]++
+					}
+				}
+			}
+		}
+		dk, dv := p.dk, p.dv
+		if p.subs > 1 {
+			dk, dv = p.dkp[t.sub*s.KVLen():][:s.KVLen()], p.dvp[t.sub*s.KVLen():][:s.KVLen()]
+		}
+		for x := range blocks {
+			kb := &blocks[x]
+			for j := range kb.nk {
+				row := (base + kb.j0 + j) * d
+				copy(dk[row:][:d], kb.dk[j*dp:][:d])
+				copy(dv[row:][:d], kb.dv[j*dp:][:d])
+				if p.subs == 1 {
+					simd.Scale(dk[row:][:d], p.scale)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// visit folds the keys [c0, c1) of key tile kb and one query tile of
+// head h into the key tile's dK and dV and into the query tile's dQ
+// partial. Keys run down the rows of Sᵀ, Pᵀ, dPᵀ and dSᵀ and queries
+// along their lanes, so that every product reads its operands where they
+// lie:
+//
+//	Sᵀ − lse = [K, -1]·[scale·Q, lse]ᵀ,  dPᵀ − D = [V, -1]·[dO, D]ᵀ,
+//	dV += Pᵀ·dO,  dK += dSᵀ·Q,  dQᵀ += Kᵀ·dSᵀ.
+func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi gradVisit, dqT []float32) {
+	s, d, dp, bq, bk := p.s, p.s.D, p.dp, p.bq, p.bk
+	j0 := kb.j0
+	qt, c0, c1 := int(vi.qt), int(vi.c0), int(vi.c1)
+	m := c1 - c0
+	i0 := qt * bq
+	nr := min(bq, s.N-i0)
+	nrp := padPanel(nr)
+	it := (b*s.H+h)*p.qTiles + qt
+	st := w.st[c0*bq:]
+	dst := w.dst[c0*bq:]
+	simd.Gemm(m, nrp, d+1, kb.kp[c0*(d+1):], d+1, p.qsT[it*(d+1)*bq:], bq, st, bq, false)
+	simd.Gemm(m, nrp, d+1, kb.vp[c0*(d+1):], d+1, p.doT[it*(d+1)*bq:], bq, dst, bq, false)
+	if !vi.full {
+		p.mask(w, st, m, nr, s.M-s.N+i0, j0+c0)
+	}
+
+	// Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ ∘ (dPᵀ − D). The lanes [0, first)
+	// of a key are the queries that cannot see it under the causal and
+	// padding masks: a prefix, since visible ends never fall with the
+	// position, and one that grows with the key. The keys every lane
+	// sees, a prefix of the rows, go in one call where rows are whole.
+	ends := kk.ends[i0:][:nr]
+	first, j := 0, 0
+	if nrp == bq {
+		for ; j < m && ends[0] > int32(j0+c0+j); j++ {
+		}
+		x := st[:j*bq]
+		simd.Exp(x, x)
+		gradMul(dst[:j*bq], x)
+	}
+	for ; j < m; j++ {
+		key := int32(j0 + c0 + j)
+		for first < nr && ends[first] <= key {
+			first++
+		}
+		pr := st[j*bq:][:nrp]
+		dr := dst[j*bq:][:nrp]
+		clear(pr[:first])
+		clear(dr[:first])
+		x := pr[first:]
+		simd.Exp(x, x)
+		gradMul(dr[first:], x)
+	}
+
+	qa, ldq := p.q[((b*s.H+h)*s.N+i0)*d:], d
+	ga, ldg := p.dout[((b*s.H+h)*s.N+i0)*d:], d
+	if p.qp != nil {
+		qa, ldq = p.qp[it*bq*dp:], dp
+		ga, ldg = p.dop[it*bq*dp:], dp
+	}
+	simd.Gemm(m, dp, nr, st, bq, ga, ldg, kb.dv[c0*dp:], dp, true)
+	simd.Gemm(m, dp, nr, dst, bq, qa, ldq, kb.dk[c0*dp:], dp, true)
+	simd.Gemm(d, nrp, m, kb.kt[c0:], bk, dst, bq, dqT[it*d*bq:], bq, true)
+}
+
+// gradMul sets y[i] *= x[i].
+func gradMul(y, x []float32) {
+	x = x[:len(y)]
+	for i, v := range x {
+		y[i] *= v
+	}
+}
+
+// mask sets to -Inf the logits in Sᵀ (m keys from key0, bq lanes a key)
+// of the keys the pattern hides from each of the nr queries from
+// absolute position pos0.
+func (p *gradPlan) mask(w *gradWork, st []float32, m, nr, pos0, key0 int) {
+	bq := p.bq
+	rm, isRM := p.pat.(RowMasker)
+	line := w.line[:m]
+	ninf := float32(math.Inf(-1))
+	for r := range nr {
+		for j := range line {
+			line[j] = st[j*bq+r]
+		}
+		if isRM {
+			rm.MaskRow(pos0+r, key0, line)
+		} else {
+			for j := range line {
+				if !p.pat.Visible(pos0+r, key0+j) {
+					line[j] = ninf
+				}
+			}
+		}
+		for j, x := range line {
+			st[j*bq+r] = x
+		}
+	}
+}
+
+// gatherKV writes dK and dV of key rows [64·n, 64·n+64) of the whole
+// batch when the query heads were split: the partials added in subset
+// order, dK scaled.
+func (p *gradPlan) gatherKV(n int) {
+	lo, hi := n*64*p.s.D, min((n+1)*64*p.s.D, p.s.KVLen())
+	kv := p.s.KVLen()
+	dk, dv := p.dk[lo:hi], p.dv[lo:hi]
+	copy(dk, p.dkp[lo:hi])
+	copy(dv, p.dvp[lo:hi])
+	for sub := 1; sub < p.subs; sub++ {
+		simd.Axpy(1, p.dkp[sub*kv+lo:sub*kv+hi], dk)
+		simd.Axpy(1, p.dvp[sub*kv+lo:sub*kv+hi], dv)
+	}
+	simd.Scale(dk, p.scale)
+}
+
+// gatherDQ writes dQ of query tile it: the partials added in run order,
+// transposed back and scaled.
+func (p *gradPlan) gatherDQ(it int) {
+	s, d, bq := p.s, p.s.D, p.bq
+	bh, qt := it/p.qTiles, it%p.qTiles
+	i0 := qt * bq
+	nr := min(bq, s.N-i0)
+	tsz := s.B * s.H * p.qTiles * d * bq
+	for r := range nr {
+		dst := p.dq[(bh*s.N+i0+r)*d:][:d]
+		for c := range dst {
+			x := p.dqT[it*d*bq+c*bq+r]
+			for seg := 1; seg < p.segs; seg++ {
+				x += p.dqT[seg*tsz+it*d*bq+c*bq+r]
+			}
+			dst[c] = x * p.scale
+		}
+	}
+}
+
+// gradParallel calls fn(scratch, 0) … fn(scratch, items-1) on workers
+// goroutines, each with scratch from newScratch, and returns the first
+// error of fn or ctx's error if ctx ends first.
+func gradParallel[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scratch := newScratch()
+			for {
+				if err := ctx.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				it := int(next.Add(1)) - 1
+				if it >= items {
+					return
+				}
+				if err := fn(scratch, it); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
