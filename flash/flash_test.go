@@ -261,3 +261,39 @@ func TestTileBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// TestPaddingIsInert fills the padded keys and values with NaN and Inf:
+// keys past a row's valid length must contribute nothing, not even a 0·NaN.
+func TestPaddingIsInert(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, uint64(rand.Int64())))
+	for _, kn := range kernels {
+		for _, causal := range []bool{false, true} {
+			s := attn.Shape{B: 2, H: 4, HKV: 2, N: 70, M: 150, D: 40}
+			o := attn.Options{Causal: causal, KVLen: []int{1 + rng.IntN(s.M-1), 0}}
+			q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+			wantOut, wantLSE, _ := ref.Attention(s, q, k, v, ref.Spec{Mask: ref.Mask(s, o)})
+			bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+			for b := range s.B {
+				for h := range s.HKV {
+					for j := o.KVLen[b]; j < s.M; j++ {
+						for c := range s.D {
+							i := ((b*s.HKV+h)*s.M+j)*s.D + c
+							k[i], v[i] = bad[(j+c)%3], bad[(j+c+1)%3]
+						}
+					}
+				}
+			}
+			out := make([]float32, s.QLen())
+			lse := make([]float32, s.LSELen())
+			if err := kn.Forward(context.Background(), s, q, k, v, o, out, lse); err != nil {
+				t.Fatal(err)
+			}
+			if e := ref.RelErr(out, wantOut); e > tol {
+				t.Errorf("blocks %d/%d causal=%v kvlen %v: out rel err %.3g", kn.blockRows, kn.blockK, causal, o.KVLen, e)
+			}
+			if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
+				t.Errorf("blocks %d/%d causal=%v: lse rel err %.3g %v", kn.blockRows, kn.blockK, causal, e, err)
+			}
+		}
+	}
+}

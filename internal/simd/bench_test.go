@@ -280,3 +280,126 @@ func BenchmarkDotRows(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGemmPanels runs the products of an attention tile: Sᵀ = K·Qᵀ
+// (m = keys, n = queries, k = head size; A = rows of K) and Oᵀ += Vᵀ·Pᵀ
+// (m = head size, n = queries, k = keys; A = Vᵀ read from rows of V),
+// with tight panel strides.
+func BenchmarkGemmPanels(b *testing.B) {
+	sizes := []struct {
+		name       string
+		m, n, k    int
+		transposed bool
+	}{
+		{"QK", 64, 64, 64, false}, {"PV", 64, 64, 64, true},
+		{"QK", 96, 96, 64, false}, {"PV", 64, 96, 96, true},
+		{"QK", 96, 96, 128, false}, {"PV", 128, 96, 96, true},
+		{"QK", 6, 16, 64, false},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, sz := range sizes {
+			m, n, k := sz.m, sz.n, sz.k
+			b.Run(fmt.Sprintf("%s/m%dn%dk%d", sz.name, m, n, k), func(b *testing.B) {
+				ar, ac := k, 1
+				if sz.transposed {
+					ar, ac = 1, m
+				}
+				pb, pc := Panel*k, Panel*m
+				a := randSlice(r, m*k, -1, 1)
+				bb := randSlice(r, n/Panel*pb, -1, 1)
+				c := make([]float32, n/Panel*pc)
+				call := func() { impl.gemmPanels(m, n, k, a, ar, ac, bb, pb, c, pc, true) }
+				for b.Loop() {
+					call()
+				}
+				flops := 2 * float64(m*n*k)
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				if impl.name == active.name {
+					best := flops / bestSeconds(call) / 1e9
+					b.ReportMetric(best, "best-GFLOP/s")
+					b.ReportMetric(100*best/peakOnce(), "%peak")
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkAttendPanels runs the fused kernel on one tile: rows queries
+// (rows/16 panels) against n keys of head size d, K and V as rows, and
+// reports its rate, 4·rows·n·d flops a call.
+func BenchmarkAttendPanels(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, sz := range [][3]int{{64, 64, 64}, {96, 96, 64}, {64, 64, 128}, {96, 96, 128}} {
+			rows, n, d := sz[0], sz[1], sz[2]
+			b.Run(fmt.Sprintf("rows%dn%dd%d", rows, n, d), func(b *testing.B) {
+				np := rows / Panel
+				r := rand.New(rand.NewPCG(3, 4))
+				k, v := randSlice(r, n*d, -1, 1), randSlice(r, n*d, -1, 1)
+				qt := randSlice(r, np*Panel*d, -1, 1)
+				acc := make([]float32, np*Panel*d)
+				st := make([]float32, Panel*n)
+				m, l := make([]float32, np*Panel), make([]float32, np*Panel)
+				for i := range m {
+					m[i] = 10 // above every logit: the accumulator is never rescaled
+				}
+				call := func() {
+					impl.attendPanels(np, n, d, k, d, 1, qt, Panel*d, st, v, 1, d, m, l, acc, Panel*d, nil, nil)
+				}
+				for b.Loop() {
+					call()
+				}
+				flops := 4 * float64(rows*n*d)
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				if impl.name == active.name {
+					best := flops / bestSeconds(call) / 1e9
+					b.ReportMetric(best, "best-GFLOP/s")
+					b.ReportMetric(100*best/peakOnce(), "%peak")
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkOnlineSoftmax runs one softmax step on the logits of a tile
+// of np panels of 16 queries against n keys (the accumulator, d = 64, is
+// rescaled in the first call only: later calls see no new maximum) and
+// reports ns per logit.
+func BenchmarkOnlineSoftmax(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, sz := range [][2]int{{64, 4}, {64, 6}, {128, 6}} {
+			n, np := sz[0], sz[1]
+			for _, masked := range []bool{false, true} {
+				b.Run(fmt.Sprintf("n%d/np%d/masked=%v", n, np, masked), func(b *testing.B) {
+					const d = 64
+					r := rand.New(rand.NewPCG(3, 4))
+					x := randSlice(r, np*Panel*n, -8, 8)
+					s := make([]float32, len(x))
+					m := make([]float32, np*Panel)
+					l := make([]float32, np*Panel)
+					acc := randSlice(r, np*Panel*d, -1, 1)
+					var lim []float32
+					if masked {
+						lim = make([]float32, np*Panel)
+						for i := range lim {
+							lim[i] = float32(n - i%Panel)
+						}
+					}
+					for i := range m {
+						m[i] = float32(math.Inf(-1))
+					}
+					call := func() {
+						copy(s, x) // keep the inputs the same; a copy costs little
+						impl.onlineSoftmax(s, Panel*n, n, np, lim, m, l, acc, Panel*d, d)
+					}
+					for b.Loop() {
+						call()
+					}
+					elems := float64(n * np * Panel)
+					b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/elems, "ns/elem")
+					b.ReportMetric(bestSeconds(call)*1e9/elems, "best-ns/elem")
+				})
+			}
+		}
+	})
+}

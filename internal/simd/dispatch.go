@@ -18,6 +18,12 @@ type implementation struct {
 	widenBF16 func(dst []float32, src []uint16) // len(dst) >= len(src)
 	widenF16  func(dst []float32, src []uint16) // len(dst) >= len(src)
 	dotRows   func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int)
+
+	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
+	onlineSoftmax func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)
+	attendPanels  func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)
+	panelFromRows func(dst, src []float32, off []int, d int, scale float32)
+	rowsFromPanel func(dst []float32, off []int, src, f []float32, d int)
 }
 
 var genericImpl = implementation{
@@ -35,6 +41,12 @@ var genericImpl = implementation{
 	widenBF16: widenBF16Generic,
 	widenF16:  widenF16Generic,
 	dotRows:   dotRowsGeneric,
+
+	gemmPanels:    gemmPanelsGeneric,
+	onlineSoftmax: onlineSoftmaxGeneric,
+	attendPanels:  attendPanelsGeneric,
+	panelFromRows: panelFromRowsGeneric,
+	rowsFromPanel: rowsFromPanelGeneric,
 }
 
 // implementations lists every set of kernels this CPU can run, the
@@ -59,4 +71,10 @@ var (
 	widenBF16 = active.widenBF16
 	widenF16  = active.widenF16
 	dotRows   = active.dotRows
+
+	gemmPanels    = active.gemmPanels
+	onlineSoftmax = active.onlineSoftmax
+	attendPanels  = active.attendPanels
+	panelFromRows = active.panelFromRows
+	rowsFromPanel = active.rowsFromPanel
 )

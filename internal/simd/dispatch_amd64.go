@@ -31,5 +31,11 @@ func asmImplementations() []implementation {
 		widenBF16: widenBF16AVX2,
 		widenF16:  f16,
 		dotRows:   dotRowsAVX2,
+
+		gemmPanels:    gemmPanelsAVX2,
+		onlineSoftmax: onlineSoftmaxAVX2,
+		attendPanels:  attendPanelsAVX2,
+		panelFromRows: panelFromRowsAVX2,
+		rowsFromPanel: rowsFromPanelAVX2,
 	}}
 }

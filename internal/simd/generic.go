@@ -297,3 +297,180 @@ func dotRowsGeneric(s []float32, lds int, q []float32, ldq, rows int, k []float3
 		}
 	}
 }
+
+// gemmPanelsGeneric is the plain Go GemmPanels: for each panel, blocks
+// of 2 rows × 4 columns of C in 8 local accumulators, as in gemmGeneric.
+func gemmPanelsGeneric(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool) {
+	if m == 0 || n == 0 {
+		return
+	}
+	for jp := range n / Panel {
+		cp := c[jp*pc:][:m*Panel]
+		if !accumulate {
+			clear(cp)
+		}
+		if k == 0 {
+			continue
+		}
+		bp := b[jp*pb:][:k*Panel]
+		i := 0
+		for ; i+2 <= m; i += 2 {
+			a0 := a[i*ar:][:(k-1)*ac+1]
+			a1 := a[(i+1)*ar:][:(k-1)*ac+1]
+			c0 := cp[i*Panel:][:Panel]
+			c1 := cp[(i+1)*Panel:][:Panel]
+			for j := 0; j < Panel; j += 4 {
+				s00, s01, s02, s03 := c0[j], c0[j+1], c0[j+2], c0[j+3]
+				s10, s11, s12, s13 := c1[j], c1[j+1], c1[j+2], c1[j+3]
+				for p := range k {
+					x0, x1 := a0[p*ac], a1[p*ac]
+					bb := bp[p*Panel+j:][:4]
+					s00 += x0 * bb[0]
+					s01 += x0 * bb[1]
+					s02 += x0 * bb[2]
+					s03 += x0 * bb[3]
+					s10 += x1 * bb[0]
+					s11 += x1 * bb[1]
+					s12 += x1 * bb[2]
+					s13 += x1 * bb[3]
+				}
+				c0[j], c0[j+1], c0[j+2], c0[j+3] = s00, s01, s02, s03
+				c1[j], c1[j+1], c1[j+2], c1[j+3] = s10, s11, s12, s13
+			}
+		}
+		if i < m {
+			a0 := a[i*ar:][:(k-1)*ac+1]
+			c0 := cp[i*Panel:][:Panel]
+			for j := 0; j < Panel; j += 4 {
+				s0, s1, s2, s3 := c0[j], c0[j+1], c0[j+2], c0[j+3]
+				for p := range k {
+					x := a0[p*ac]
+					bb := bp[p*Panel+j:][:4]
+					s0 += x * bb[0]
+					s1 += x * bb[1]
+					s2 += x * bb[2]
+					s3 += x * bb[3]
+				}
+				c0[j], c0[j+1], c0[j+2], c0[j+3] = s0, s1, s2, s3
+			}
+		}
+	}
+}
+
+// The constants of exp2Tile, shared with the assembly (see exp2Vec in
+// _asm/flash.go).
+const exp2Magic = 12583039 // 1.5·2^23 + 127
+
+// exp2C holds c1 … c5 of 2^r ≈ 1 + r·(c1 + r·(c2 + r·(c3 + r·(c4 +
+// r·c5)))) on |r| ≤ 1/2.
+var exp2C = [5]float32{
+	math.Float32frombits(0x3f317215),
+	math.Float32frombits(0x3e75fcde),
+	math.Float32frombits(0x3d635ba9),
+	math.Float32frombits(0x3c1e7544),
+	math.Float32frombits(0x3aaddd0c),
+}
+
+// exp2Tile is 2^t by the steps of the assembly: t below -127 counts as
+// -127, whose result is 0; n = round(t) comes from adding 1.5·2^23 + 127,
+// which leaves n+127 in the low bits, shifted into the exponent field to
+// make 2^n (or 0); r = t - n, and a polynomial gives 2^r. t must not
+// exceed 128.
+func exp2Tile(t float32) float32 {
+	if t != t {
+		return t
+	}
+	t = max(t, -127)
+	k := t + exp2Magic
+	nf := k - exp2Magic
+	r := t - nf
+	p := exp2C[4]
+	p = p*r + exp2C[3]
+	p = p*r + exp2C[2]
+	p = p*r + exp2C[1]
+	p = p*r + exp2C[0]
+	p = p*r + 1
+	return p * math.Float32frombits(math.Float32bits(k)<<23)
+}
+
+func onlineSoftmaxGeneric(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int) {
+	negInf := float32(math.Inf(-1))
+	for q := range np {
+		var sp []float32
+		if n > 0 {
+			sp = s[q*ps:][:n*Panel]
+		}
+		var c [Panel]float32
+		rescale := false
+		for x := range Panel {
+			i := q*Panel + x
+			mx := m[i]
+			for j := range n {
+				v := &sp[j*Panel+x]
+				if len(lim) > 0 && !(float32(j) < lim[i]) {
+					*v = negInf
+				}
+				mx = max(mx, *v)
+			}
+			ms := mx
+			if mx == negInf {
+				ms = 0
+			}
+			cf := exp2Tile((m[i] - ms) * expLog2e)
+			var sum float32
+			for j := range n {
+				e := exp2Tile((sp[j*Panel+x] - ms) * expLog2e)
+				sp[j*Panel+x] = e
+				sum += e
+			}
+			l[i] = l[i]*cf + sum
+			m[i] = mx
+			c[x] = cf
+			rescale = rescale || cf != 1
+		}
+		if rescale {
+			for r := range dacc {
+				row := acc[q*pacc+r*Panel:][:Panel]
+				for x := range row {
+					row[x] *= c[x]
+				}
+			}
+		}
+	}
+}
+
+// attendPanelsGeneric is AttendPanels by its definition; it ignores the
+// prefetch hints.
+func attendPanelsGeneric(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, _, _ []float32) {
+	for q := range np {
+		gemmPanelsGeneric(n, Panel, d, k, kr, kc, qt[q*pq:], pq, st, Panel*n, false)
+		onlineSoftmaxGeneric(st, Panel*n, n, 1, nil, m[q*Panel:], l[q*Panel:], acc[q*pacc:], pacc, d)
+		gemmPanelsGeneric(d, Panel, n, v, vr, vc, st, Panel*n, acc[q*pacc:], pacc, true)
+	}
+}
+
+func panelFromRowsGeneric(dst, src []float32, off []int, d int, scale float32) {
+	dst = dst[:d*Panel]
+	for x, o := range off {
+		row := src[o:][:d]
+		for c, v := range row {
+			dst[c*Panel+x] = v * scale
+		}
+	}
+	for x := len(off); x < Panel; x++ {
+		for c := range d {
+			dst[c*Panel+x] = 0
+		}
+	}
+}
+
+func rowsFromPanelGeneric(dst []float32, off []int, src, f []float32, d int) {
+	src = src[:d*Panel]
+	for x, o := range off {
+		row := dst[o:][:d]
+		fx := f[x]
+		for c := range row {
+			row[c] = src[c*Panel+x] * fx
+		}
+	}
+}

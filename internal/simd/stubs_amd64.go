@@ -64,3 +64,33 @@ func widenF16AVX2(dst []float32, src []uint16)
 //
 //go:noescape
 func dotRowsAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int)
+
+// gemmPanelsAVX2 computes C = A·B or C += A·B with B and C in panels (see GemmPanels)
+// with AVX2 and FMA. n must be a multiple of 16; the slices must be long enough
+// (the Go caller checks).
+//
+//go:noescape
+func gemmPanelsAVX2(m int, n int, k int, a []float32, ar int, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
+
+// onlineSoftmaxAVX2 does one step of the online softmax on np panels of 16 queries
+// (see OnlineSoftmax). The slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func onlineSoftmaxAVX2(s []float32, ps int, n int, np int, lim []float32, m []float32, l []float32, acc []float32, pacc int, dacc int)
+
+// attendPanelsAVX2 runs the products and the softmax of an unmasked attention tile
+// on np panels of 16 queries (see AttendPanels). The slices must be long enough
+// (the Go caller checks).
+//
+//go:noescape
+func attendPanelsAVX2(np int, n int, d int, k []float32, kr int, kc int, qt []float32, pq int, st []float32, v []float32, vr int, vc int, m []float32, l []float32, acc []float32, pacc int, pfk []float32, pfv []float32)
+
+// panelFromRowsAVX2 gathers up to 16 rows into a panel (see PanelFromRows); the Go caller checks.
+//
+//go:noescape
+func panelFromRowsAVX2(dst []float32, src []float32, off []int, d int, scale float32)
+
+// rowsFromPanelAVX2 scatters a panel into up to 16 rows (see RowsFromPanel); the Go caller checks.
+//
+//go:noescape
+func rowsFromPanelAVX2(dst []float32, off []int, src []float32, f []float32, d int)

@@ -41,6 +41,11 @@ func main() {
 	widenBF16()
 	widenF16()
 	dotRows()
+	gemmPanels()
+	onlineSoftmax()
+	attendPanels()
+	panelFromRows()
+	rowsFromPanel()
 
 	Generate()
 	checkRegisters(flag.Lookup("out").Value.String())
@@ -94,6 +99,7 @@ func declareConsts() {
 		DATA(4*i, U32(v))
 	}
 	declareExpConsts()
+	declareExp2Consts()
 }
 
 // loadTailMask returns a ymm mask with ones in its first rem lanes, for
@@ -141,4 +147,15 @@ func newYMMs(n int) []VecVirtual {
 		v[i] = YMM()
 	}
 	return v
+}
+
+// loadTailMaskMem returns the memory operand of a ymm mask with ones in
+// its first rem lanes, for rem in 1..7. rem is not changed.
+func loadTailMaskMem(rem Register) Mem {
+	tab := GP64()
+	LEAQ(tailMask, tab)
+	neg := GP64()
+	MOVQ(rem, neg)
+	NEGQ(neg)
+	return Mem{Base: tab, Index: neg, Scale: 4, Disp: 32}
 }
