@@ -482,8 +482,13 @@ func TestFallback(t *testing.T) {
 			t.Errorf("Min %d, M = 30: fell back to exact attention", min)
 		}
 	}
-	if p := mustNew(t, Config{}); p.Min() != DefaultMin {
-		t.Errorf("default Min = %d, want %d", p.Min(), DefaultMin)
+	p := mustNew(t, Config{})
+	if p.Min() != DefaultMin || p.minFor(false) != DefaultMin || p.minFor(true) != 2*DefaultMin {
+		t.Errorf("default thresholds %d/%d/%d, want %d, doubled under the causal mask",
+			p.Min(), p.minFor(false), p.minFor(true), DefaultMin)
+	}
+	if p := mustNew(t, Config{Min: 100}); p.minFor(true) != 100 {
+		t.Errorf("an explicit Min is doubled under the causal mask: %d", p.minFor(true))
 	}
 }
 

@@ -180,7 +180,7 @@ var entries = []Entry{
 		Summary: "FAVOR+ positive orthogonal random features, exact attention below min keys (package performer)",
 		Params: []Param{
 			{Name: "features", Default: "256", Doc: "number of random features m"},
-			{Name: "min", Default: "2048", Doc: "key length below which exact attention is used (tokens); 0 never falls back"},
+			{Name: "min", Default: "2048", Doc: "key length below which exact attention is used (tokens); unset: 2048, or 4096 under the causal mask; 0 never falls back"},
 			{Name: "kind", Default: "positive", Doc: "positive (FAVOR+) or trig (sin/cos random Fourier features, for comparison)"},
 			{Name: "chunk", Default: "64", Doc: "query positions per chunk of the causal pass (tokens)"},
 		},
@@ -189,12 +189,15 @@ var entries = []Entry{
 			if err != nil {
 				return nil, err
 			}
-			min, err := p.Int("min", performer.DefaultMin, 0, 1<<40)
+			// Unset leaves the package default (doubled under the causal
+			// mask); min=0 means never fall back, a negative Config.Min.
+			set := p.Has("min")
+			min, err := p.Int("min", 0, 0, 1<<40)
 			if err != nil {
 				return nil, err
 			}
-			if min == 0 {
-				min = -1 // never fall back
+			if set && min == 0 {
+				min = -1
 			}
 			kind, err := p.String("kind", "positive", "positive", "trig")
 			if err != nil {
