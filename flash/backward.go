@@ -2,15 +2,13 @@ package flash
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -125,18 +123,18 @@ func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float
 	p := newGradPlan(s, q, k, v, out, lse, dout, o, pat, dq, dk, dv, bq, bk)
 	procs := runtime.GOMAXPROCS(0)
 	tiles := s.B * s.H * p.qTiles
-	if err := gradParallel(ctx, o.WorkerCount(procs, tiles), tiles,
+	if err := parallel.For(ctx, o.WorkerCount(procs, tiles), tiles,
 		func() struct{} { return struct{}{} },
 		func(_ struct{}, it int) error { p.prepare(it); return nil }); err != nil {
 		return err
 	}
 	tasks := p.tasks()
-	if err := gradParallel(ctx, o.WorkerCount(procs, len(tasks)), len(tasks),
+	if err := parallel.For(ctx, o.WorkerCount(procs, len(tasks)), len(tasks),
 		func() *gradWork { return newGradWork(s.D, p.dp, bq, bk) },
 		func(w *gradWork, n int) error { return p.run(ctx, w, tasks[n]) }); err != nil {
 		return err
 	}
-	if err := gradParallel(ctx, o.WorkerCount(procs, tiles), tiles,
+	if err := parallel.For(ctx, o.WorkerCount(procs, tiles), tiles,
 		func() struct{} { return struct{}{} },
 		func(_ struct{}, it int) error { p.gatherDQ(it); return nil }); err != nil {
 		return err
@@ -145,7 +143,7 @@ func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float
 		return nil
 	}
 	rows := (s.B*s.HKV*s.M + 63) / 64
-	return gradParallel(ctx, o.WorkerCount(procs, rows), rows,
+	return parallel.For(ctx, o.WorkerCount(procs, rows), rows,
 		func() struct{} { return struct{}{} },
 		func(_ struct{}, n int) error { p.gatherKV(n); return nil })
 }
@@ -645,36 +643,4 @@ func (p *gradPlan) gatherDQ(it int) {
 			dst[c] = x * p.scale
 		}
 	}
-}
-
-// gradParallel calls fn(scratch, 0) … fn(scratch, items-1) on workers
-// goroutines, each with scratch from newScratch, and returns the first
-// error of fn or ctx's error if ctx ends first.
-func gradParallel[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scratch := newScratch()
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
-				}
-				it := int(next.Add(1)) - 1
-				if it >= items {
-					return
-				}
-				if err := fn(scratch, it); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

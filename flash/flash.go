@@ -2,13 +2,12 @@ package flash
 
 import (
 	"context"
-	"errors"
 	"math"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -113,20 +112,21 @@ func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q []float32, kv KV,
 		p.kr, p.kc, p.vr, p.vc = 1, p.bk, 1, s.D
 		p.kvStride = p.keyTiles * ts
 		p.tileStride = ts
-		err := parallel(ctx, o.WorkerCount(runtime.GOMAXPROCS(0), heads*p.keyTiles), heads*p.keyTiles, func(it int) {
+		err := parallel.For(ctx, o.WorkerCount(runtime.GOMAXPROCS(0), heads*p.keyTiles), heads*p.keyTiles, parallel.None, func(_ struct{}, it int) error {
 			bh, kt := it/p.keyTiles, it%p.keyTiles
 			j0 := kt * p.bk
 			n := min(p.bk, s.M-j0)
 			kv.PackK(p.k[it*ts:][:ts], p.bk, bh/s.HKV, bh%s.HKV, j0, n)
 			kv.PackV(p.v[it*ts:][:ts], s.D, bh/s.HKV, bh%s.HKV, j0, n)
+			return nil
 		})
 		if err != nil {
 			return err
 		}
 	}
-	return parallelWith(ctx, workers, tiles,
+	return parallel.For(ctx, workers, tiles,
 		func() *tile { return newTile(g*p.posPerTile, s.D, p.bk) },
-		p.run)
+		func(t *tile, n int) error { p.run(t, n); return nil })
 }
 
 // packPool holds the buffers of packed keys and values between calls.
@@ -145,41 +145,6 @@ func getPack(n int) *[]float32 {
 }
 
 func putPack(b *[]float32) { packPool.Put(b) }
-
-// parallel calls fn(0) … fn(items-1) on workers goroutines and returns
-// ctx's error if it ends first.
-func parallel(ctx context.Context, workers, items int, fn func(int)) error {
-	return parallelWith(ctx, workers, items, func() struct{} { return struct{}{} },
-		func(_ struct{}, it int) { fn(it) })
-}
-
-// parallelWith is parallel with per-goroutine scratch made by newScratch.
-// Items are handed out in order from a shared counter.
-func parallelWith[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int)) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scratch := newScratch()
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
-				}
-				it := int(next.Add(1)) - 1
-				if it >= items {
-					return
-				}
-				fn(scratch, it)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
 
 // plan is one Forward call's read-only state, shared by the workers.
 type plan struct {

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -147,48 +146,29 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	spanLen = (spanLen + decodeBlock - 1) / decodeBlock * decodeBlock
 	spans = (held + spanLen - 1) / spanLen
 	items := s.B * s.HKV * spans
-	workers = min(workers, items)
 
 	partOut := make([]float32, items*g*s.D)
 	partLSE := make([]float32, items*g)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := newDecodeScratch(g, c.stride)
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
+	err := parallel.For(ctx, workers, items,
+		func() *decodeScratch { return newDecodeScratch(g, c.stride) },
+		func(sc *decodeScratch, it int) error {
+			bh, sp := it/spans, it%spans
+			b, kvh := bh/s.HKV, bh%s.HKV
+			// Gather and scale the group's queries.
+			for r := range g {
+				src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
+				dst := sc.q[r*c.stride:][:s.D]
+				for i, x := range src {
+					dst[i] = x * o.Scale
 				}
-				it := int(next.Add(1)) - 1
-				if it >= items {
-					return
-				}
-				bh, sp := it/spans, it%spans
-				b, kvh := bh/s.HKV, bh%s.HKV
-				// Gather and scale the group's queries.
-				for r := range g {
-					src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
-					dst := sc.q[r*c.stride:][:s.D]
-					for i, x := range src {
-						dst[i] = x * o.Scale
-					}
-				}
-				lo, hi := sp*spanLen, min((sp+1)*spanLen, held)
-				c.decodeSpan(sc, bh, lo, hi, p, inclusive,
-					partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
 			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+			lo, hi := sp*spanLen, min((sp+1)*spanLen, held)
+			c.decodeSpan(sc, bh, lo, hi, p, inclusive,
+				partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
+			return nil
+		})
+	if err != nil {
+		return err
 	}
 	// Merge each head's spans in order.
 	for bh := range s.B * s.HKV {

@@ -2,15 +2,13 @@ package linear
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -99,12 +97,12 @@ func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 	pairs := s.B * s.HKV
 	g.pairs = make([]gradPair, pairs)
 	procs := runtime.GOMAXPROCS(0)
-	if err := gradParallel(ctx, o.WorkerCount(procs, pairs), pairs,
+	if err := parallel.For(ctx, o.WorkerCount(procs, pairs), pairs,
 		func() struct{} { return struct{}{} },
 		func(_ struct{}, n int) error { g.prepare(n); return nil }); err != nil {
 		return err
 	}
-	return gradParallel(ctx, o.WorkerCount(procs, 2*pairs), 2*pairs,
+	return parallel.For(ctx, o.WorkerCount(procs, 2*pairs), 2*pairs,
 		g.newWork,
 		func(w *gradWork, n int) error {
 			if n%2 == 0 {
@@ -336,36 +334,4 @@ func gradChain(dst, dphi, phi []float32) {
 	for c := range dst {
 		dst[c] = dphi[c] * min(phi[c], 1)
 	}
-}
-
-// gradParallel calls fn(scratch, 0) … fn(scratch, items-1) on workers
-// goroutines, each with scratch from newScratch, and returns the first
-// error of fn or ctx's error if ctx ends first.
-func gradParallel[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scratch := newScratch()
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
-				}
-				it := int(next.Add(1)) - 1
-				if it >= items {
-					return
-				}
-				if err := fn(scratch, it); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -91,37 +90,9 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 	tasks := pairs * p.split
 	workers = min(workers, tasks)
 
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wk := a.newWork(s.D, f, g)
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
-				}
-				n := int(next.Add(1)) - 1
-				if n >= tasks {
-					return
-				}
-				if err := p.run(ctx, wk, n); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return parallel.For(ctx, workers, tasks,
+		func() *work { return a.newWork(s.D, f, g) },
+		func(wk *work, n int) error { return p.run(ctx, wk, n) })
 }
 
 // pass is one Forward call's read-only state, shared by the workers.

@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -194,37 +194,19 @@ func (l *Linformer) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 
 	pairs := s.B * s.HKV
 	workers := o.WorkerCount(runtime.GOMAXPROCS(0), pairs)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pr := newProjector(s.D, l.kp)
-			for {
-				if err := ctx.Err(); err != nil {
-					errs[w] = err
-					return
-				}
-				n := int(next.Add(1)) - 1
-				if n >= pairs {
-					return
-				}
-				b := n / s.HKV
-				end := o.KeyEnd(s, b)
-				src := n * s.M * s.D
-				dst := n * l.k * s.D
-				pr.project(kp[dst:dst+l.k*s.D], k[src:], e, end, l.k)
-				pr.project(vp[dst:dst+l.k*s.D], v[src:], f, end, l.k)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	err := parallel.For(ctx, workers, pairs,
+		func() *projector { return newProjector(s.D, l.kp) },
+		func(pr *projector, n int) error {
+			b := n / s.HKV
+			end := o.KeyEnd(s, b)
+			src := n * s.M * s.D
+			dst := n * l.k * s.D
+			pr.project(kp[dst:dst+l.k*s.D], k[src:], e, end, l.k)
+			pr.project(vp[dst:dst+l.k*s.D], v[src:], f, end, l.k)
+			return nil
+		})
+	if err != nil {
+		return err
 	}
 
 	po := attn.Options{Scale: o.ScaleFor(s.D), Workers: o.Workers}

@@ -1,0 +1,49 @@
+// Package parallel runs numbered work items on a fixed number of
+// goroutines: the one worker pool every kernel of this module uses.
+package parallel
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// For calls fn(scratch, i) for every i in [0, items) on workers goroutines
+// (at least one), each with its own scratch made once by newScratch. Items
+// are handed out in increasing order from a shared counter, so callers that
+// number their longest items first balance the load. A goroutine stops
+// taking items once ctx ends or fn returns an error; For returns the
+// errors joined (ctx's error among them if it ended first), or nil.
+func For[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
+	workers = max(1, min(workers, items))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scratch := newScratch()
+			for {
+				if err := ctx.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				i := int(next.Add(1)) - 1
+				if i >= items {
+					return
+				}
+				if err := fn(scratch, i); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// None is the scratch of a loop that needs none.
+func None() struct{} { return struct{}{} }

@@ -1,0 +1,56 @@
+package parallel
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+)
+
+func TestFor(t *testing.T) {
+	for _, workers := range []int{0, 1, 3, 64} {
+		for _, items := range []int{0, 1, 7, 100} {
+			seen := make([]atomic.Int32, items)
+			var made atomic.Int32
+			err := For(context.Background(), workers, items, func() *int {
+				made.Add(1)
+				return new(int)
+			}, func(s *int, i int) error {
+				*s++
+				seen[i].Add(1)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range seen {
+				if seen[i].Load() != 1 {
+					t.Fatalf("workers %d items %d: item %d ran %d times", workers, items, i, seen[i].Load())
+				}
+			}
+			if m := int(made.Load()); m < 1 || m > max(1, min(workers, items)) {
+				t.Errorf("workers %d items %d: %d scratches", workers, items, m)
+			}
+		}
+	}
+}
+
+func TestForErrors(t *testing.T) {
+	boom := errors.New("boom")
+	err := For(context.Background(), 2, 50, None, func(_ struct{}, i int) error {
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("got %v, want boom", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	err = For(ctx, 2, 5, None, func(struct{}, int) error { ran = true; return nil })
+	if !errors.Is(err, context.Canceled) || ran {
+		t.Errorf("cancelled: err %v, ran %v", err, ran)
+	}
+}
