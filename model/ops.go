@@ -3,42 +3,18 @@ package model
 import (
 	"context"
 	"math"
-	"sync"
-	"sync/atomic"
 
+	par "github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
 // parallel runs fn(i) for i in [0, n) on up to workers goroutines and
 // returns ctx's error if it was cancelled before all items ran.
 func parallel(ctx context.Context, workers, n int, fn func(i int)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	workers = min(workers, n)
-	if workers <= 1 {
-		for i := range n {
-			fn(i)
-		}
-		return ctx.Err()
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				fn(i)
-			}
-		}()
-	}
-	wg.Wait()
-	return ctx.Err()
+	return par.For(ctx, workers, n, par.None, func(_ struct{}, i int) error {
+		fn(i)
+		return nil
+	})
 }
 
 // Tiles of the prefill matrix products: rows of W (a multiple of the

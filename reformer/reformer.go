@@ -6,11 +6,11 @@ import (
 	"math"
 	"runtime"
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -279,7 +279,7 @@ func (p *plan) run(ctx context.Context) error {
 		// task does one from hashing to the last round, so its Q, K, V
 		// and output rows stay in cache across the rounds, and no task
 		// waits for another.
-		err = parallel(ctx, workers, heads, newWorker, func(w *worker, i int) {
+		err = parallel.For(ctx, workers, heads, newWorker, func(w *worker, i int) error {
 			var hp headPlan
 			p.prepare(&hp, i/s.HKV, i%s.HKV, w.proj)
 			for r := range p.rounds {
@@ -287,6 +287,7 @@ func (p *plan) run(ctx context.Context) error {
 					p.chunks(w.tile, &hp, r, c0, min(c0+chunkRun, hp.chunks))
 				}
 			}
+			return nil
 		})
 	} else {
 		err = p.runByRound(ctx, procs, newWorker)
@@ -313,8 +314,9 @@ type worker struct {
 func (p *plan) runByRound(ctx context.Context, procs int, newWorker func() *worker) error {
 	s := p.s
 	heads := make([]headPlan, s.B*s.HKV)
-	err := parallel(ctx, p.o.WorkerCount(procs, len(heads)), len(heads), newWorker, func(w *worker, i int) {
+	err := parallel.For(ctx, p.o.WorkerCount(procs, len(heads)), len(heads), newWorker, func(w *worker, i int) error {
 		p.prepare(&heads[i], i/s.HKV, i%s.HKV, w.proj)
+		return nil
 	})
 	if err != nil {
 		return err
@@ -331,41 +333,18 @@ func (p *plan) runByRound(ctx context.Context, procs int, newWorker func() *work
 	}
 	for r := range p.rounds {
 		var next atomic.Int64
-		err := parallel(ctx, workers, tasks, func() *worker { return ws[next.Add(1)-1] }, func(w *worker, i int) {
+		err := parallel.For(ctx, workers, tasks, func() *worker { return ws[next.Add(1)-1] }, func(w *worker, i int) error {
 			h := sort.SearchInts(runStart, i+1) - 1 // runStart[h] <= i < runStart[h+1]
 			hp := &heads[h]
 			c0 := (i - runStart[h]) * chunkRun
 			p.chunks(w.tile, hp, r, c0, min(c0+chunkRun, hp.chunks))
+			return nil
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// parallel runs task(scratch, i) for i in [0, n) on workers goroutines, each
-// with its own scratch from newScratch, and returns ctx.Err() if the
-// context ended before all tasks ran.
-func parallel[S any](ctx context.Context, workers, n int, newScratch func() S, task func(scratch S, i int)) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scratch := newScratch()
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				task(scratch, i)
-			}
-		}()
-	}
-	wg.Wait()
-	return ctx.Err()
 }
 
 // chunkRun is the number of consecutive chunks one task attends.

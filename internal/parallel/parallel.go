@@ -14,9 +14,26 @@ import (
 // are handed out in increasing order from a shared counter, so callers that
 // number their longest items first balance the load. A goroutine stops
 // taking items once ctx ends or fn returns an error; For returns the
-// errors joined (ctx's error among them if it ended first), or nil.
+// errors joined (ctx's error among them if it ended first), or nil. With
+// one worker the items run in the calling goroutine: small calls (a
+// decode step's matrix-vector products) pay no goroutine start.
 func For[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
 	workers = max(1, min(workers, items))
+	if workers == 1 {
+		if err := ctx.Err(); err != nil || items == 0 {
+			return err
+		}
+		scratch := newScratch()
+		for i := range items {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(scratch, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)

@@ -28,7 +28,7 @@ func TestFor(t *testing.T) {
 					t.Fatalf("workers %d items %d: item %d ran %d times", workers, items, i, seen[i].Load())
 				}
 			}
-			if m := int(made.Load()); m < 1 || m > max(1, min(workers, items)) {
+			if m := int(made.Load()); m > max(1, min(workers, items)) || (items > 0 && m < 1) || (items == 0 && m != 0) {
 				t.Errorf("workers %d items %d: %d scratches", workers, items, m)
 			}
 		}
@@ -52,5 +52,22 @@ func TestForErrors(t *testing.T) {
 	err = For(ctx, 2, 5, None, func(struct{}, int) error { ran = true; return nil })
 	if !errors.Is(err, context.Canceled) || ran {
 		t.Errorf("cancelled: err %v, ran %v", err, ran)
+	}
+}
+
+// TestForOneWorker: one worker runs the items in order in the caller.
+func TestForOneWorker(t *testing.T) {
+	var order []int
+	err := For(context.Background(), 1, 5, None, func(_ struct{}, i int) error {
+		order = append(order, i) // no lock: the caller's goroutine only
+		return nil
+	})
+	if err != nil || len(order) != 5 {
+		t.Fatalf("err %v, order %v", err, order)
+	}
+	for i, x := range order {
+		if x != i {
+			t.Fatalf("order %v", order)
+		}
 	}
 }
