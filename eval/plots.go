@@ -260,17 +260,23 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 	if math.IsInf(smallest, 1) {
 		floor = 1e-3
 	}
+	atFloor := false
 	for i := range xys {
 		if xys[i].Y < floor {
 			xys[i].Y = floor
-			labels[i] += " (error 0 or not measured)"
+			labels[i] += "*"
+			atFloor = true
 		}
 	}
 	mask := "full mask"
 	if causal {
 		mask = "causal"
 	}
-	p = newLogLog(fmt.Sprintf("%s, %s, n=%d: speed and error", mode, mask, n),
+	title := fmt.Sprintf("%s, %s, n=%d: speed and error", mode, mask, n)
+	if atFloor {
+		title += "\n(* error 0, or not measured: drawn a decade below the smallest)"
+	}
+	p = newLogLog(title,
 		"seconds per call (log scale)", "relative error (log scale)")
 	front := paretoFront(xys)
 	var fxys plotter.XYs
@@ -293,20 +299,31 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 	sc.Color = color.Black
 	sc.Shape = draw.CircleGlyph{}
 	p.Add(sc)
-	lb, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
-	if err != nil {
-		return nil, false, err
+	// Points closer than a factor of 1.5 on both axes would print their
+	// labels over each other: each such label goes one line lower.
+	for i := range xys {
+		below := 0
+		for j := range i {
+			if closeOnLog(xys[i].X, xys[j].X) && closeOnLog(xys[i].Y, xys[j].Y) {
+				below++
+			}
+		}
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: xys[i : i+1], Labels: labels[i : i+1]})
+		if err != nil {
+			return nil, false, err
+		}
+		lb.TextStyle[0].XAlign = draw.XLeft
+		lb.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(2 - 11*float64(below))}
+		p.Add(lb)
 	}
-	for i := range lb.TextStyle {
-		lb.TextStyle[i].XAlign = draw.XLeft
-	}
-	lb.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(2)}
-	p.Add(lb)
 	// Room for the labels right of the points.
 	padLog(p, 2)
 	p.X.Max *= 3
 	return p, true, nil
 }
+
+// closeOnLog reports whether two positive values are within a factor of 1.5.
+func closeOnLog(a, b float64) bool { return a < 1.5*b && b < 1.5*a }
 
 // accuracyPlot draws the relative and spectral errors of one budget sweep
 // against its budget; ok is false with fewer than two points measured.
