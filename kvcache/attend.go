@@ -192,7 +192,6 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 type decodeScratch struct {
 	q    []float32 // [g][stride] scaled queries, zero past D
 	s    []float32 // [g][decodeBlock] scores, then probabilities
-	kb   []float32 // [decodeBlock][stride] widened keys (16-bit caches)
 	vb   []float32 // [decodeBlock][stride] widened values
 	acc  []float32 // [g][stride]
 	m, l []float32
@@ -203,7 +202,6 @@ func newDecodeScratch(g, stride int) *decodeScratch {
 	return &decodeScratch{
 		q:   make([]float32, g*stride),
 		s:   make([]float32, g*decodeBlock),
-		kb:  make([]float32, decodeBlock*stride),
 		vb:  make([]float32, decodeBlock*stride),
 		acc: make([]float32, g*stride),
 		m:   make([]float32, g),
@@ -226,9 +224,10 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 	for j0 := lo; j0 < hi; j0 += decodeBlock {
 		nb := min(decodeBlock, hi-j0)
 		c.touch(sc, base+j0*st, nb)
-		k, v := c.rows(sc, base+j0*st, nb)
-		// Each key row is loaded once for all g query rows of the group.
-		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, k, st, nb, d)
+		// Each key row is loaded once for all g query rows of the group;
+		// 16-bit keys are widened in registers as they are read.
+		c.scores(sc, base+j0*st, nb, g)
+		v := c.values(sc, base+j0*st, nb)
 		for r := range g {
 			sr := sc.s[r*decodeBlock:][:nb]
 			if checkRows {
@@ -300,21 +299,35 @@ func touchLines[T float32 | uint16](x []T, per int) T {
 	return s0 + s1 + s2 + s3
 }
 
-// rows returns nb stored rows from element offset off as float32, widening
-// compact types into the scratch buffers.
-func (c *Cache) rows(sc *decodeScratch, off, nb int) (k, v []float32) {
-	n := nb * c.stride
+// scores sets the first nb scores of each of the g rows of sc.s to the
+// dot products of the group's queries with nb stored key rows from
+// element offset off.
+func (c *Cache) scores(sc *decodeScratch, off, nb, g int) {
+	st, d := c.stride, c.cfg.D
+	n := nb * st
 	switch c.cfg.DType {
 	case F32:
-		return c.kf[off:][:n], c.vf[off:][:n]
+		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d)
 	case BF16:
-		simd.WidenBF16(sc.kb[:n], c.kh[off:][:n])
+		simd.DotRowsBF16(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d)
+	case F16:
+		simd.DotRowsF16(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d)
+	}
+}
+
+// values returns nb stored value rows from element offset off as
+// float32, widening compact types into the scratch buffer.
+func (c *Cache) values(sc *decodeScratch, off, nb int) []float32 {
+	n := nb * c.stride
+	switch c.cfg.DType {
+	case BF16:
 		simd.WidenBF16(sc.vb[:n], c.vh[off:][:n])
 	case F16:
-		simd.WidenF16(sc.kb[:n], c.kh[off:][:n])
 		simd.WidenF16(sc.vb[:n], c.vh[off:][:n])
+	default:
+		return c.vf[off:][:n]
 	}
-	return sc.kb[:n], sc.vb[:n]
+	return sc.vb[:n]
 }
 
 // cacheKV lets the fused kernel read the held rows, in row order.

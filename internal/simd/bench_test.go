@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/attnkit/attn/internal/half"
 )
 
 // peakOnce is the single-core FMA peak of the kernels in use in GFLOP/s,
@@ -276,6 +278,45 @@ func BenchmarkDotRows(b *testing.B) {
 						b.ReportMetric(100*flops/best/1e9/peakOnce(), "%peak")
 					}
 				})
+			}
+		}
+	})
+}
+
+// BenchmarkDotRows16 runs the decode-step shape of BenchmarkDotRows with
+// bfloat16 keys, two ways: "widen", WidenBF16 into a float32 block then
+// DotRows (what the decode step did), and "fused", DotRowsBF16. It
+// reports GB/s of 16-bit keys read (64·d·2 bytes a call), from L1.
+func BenchmarkDotRows16(b *testing.B) {
+	const n = 64
+	r := rand.New(rand.NewPCG(17, 18))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, rows := range []int{1, 4, 8} {
+			for _, d := range []int{64, 128} {
+				q := randSlice(r, rows*d, -1, 1)
+				k := make([]uint16, n*d)
+				for i, x := range randSlice(r, n*d, -1, 1) {
+					k[i] = half.F32ToBF16(x)
+				}
+				kw := make([]float32, n*d)
+				s := make([]float32, rows*n)
+				for _, way := range []string{"widen", "fused"} {
+					b.Run(fmt.Sprintf("%s/rows%dd%d", way, rows, d), func(b *testing.B) {
+						call := func() { impl.dotRowsBF16(s, n, q, d, rows, k, d, n, d) }
+						if way == "widen" {
+							call = func() {
+								impl.widenBF16(kw, k)
+								impl.dotRows(s, n, q, d, rows, kw, d, n, d)
+							}
+						}
+						for b.Loop() {
+							call()
+						}
+						bytes := float64(2 * n * d)
+						b.ReportMetric(bytes/(b.Elapsed().Seconds()/float64(b.N))/1e9, "kGB/s")
+						b.ReportMetric(bytes/bestSeconds(call)/1e9, "best-kGB/s")
+					})
+				}
 			}
 		}
 	})

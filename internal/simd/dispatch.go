@@ -19,6 +19,9 @@ type implementation struct {
 	widenF16  func(dst []float32, src []uint16) // len(dst) >= len(src)
 	dotRows   func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int)
 
+	dotRowsBF16 func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int)
+	dotRowsF16  func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int)
+
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
 	onlineSoftmax func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)
 	attendPanels  func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)
@@ -41,6 +44,9 @@ var genericImpl = implementation{
 	widenBF16: widenBF16Generic,
 	widenF16:  widenF16Generic,
 	dotRows:   dotRowsGeneric,
+
+	dotRowsBF16: dotRowsBF16Generic,
+	dotRowsF16:  dotRowsF16Generic,
 
 	gemmPanels:    gemmPanelsGeneric,
 	onlineSoftmax: onlineSoftmaxGeneric,
@@ -71,6 +77,9 @@ var (
 	widenBF16 = active.widenBF16
 	widenF16  = active.widenF16
 	dotRows   = active.dotRows
+
+	dotRowsBF16 = active.dotRowsBF16
+	dotRowsF16  = active.dotRowsF16
 
 	gemmPanels    = active.gemmPanels
 	onlineSoftmax = active.onlineSoftmax

@@ -5,16 +5,16 @@ package simd
 import "golang.org/x/sys/cpu"
 
 // asmImplementations returns the assembly kernels of simd_amd64.s when
-// the CPU and the OS support AVX2 and FMA. WidenF16 also needs F16C,
-// which every CPU with AVX2 has (Intel since Ivy Bridge, AMD since
-// Piledriver); should one lack it, the Go WidenF16 stands in.
+// the CPU and the OS support AVX2 and FMA. WidenF16 and DotRowsF16 also
+// need F16C, which every CPU with AVX2 has (Intel since Ivy Bridge, AMD
+// since Piledriver); should one lack it, the Go versions stand in.
 func asmImplementations() []implementation {
 	if !cpu.X86.HasAVX || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
 		return nil
 	}
-	f16 := widenF16Generic
+	f16, dotF16 := widenF16Generic, dotRowsF16Generic
 	if cpu.X86.HasF16C {
-		f16 = widenF16AVX2
+		f16, dotF16 = widenF16AVX2, dotRowsF16AVX2
 	}
 	return []implementation{{
 		name:    "avx2",
@@ -31,6 +31,9 @@ func asmImplementations() []implementation {
 		widenBF16: widenBF16AVX2,
 		widenF16:  f16,
 		dotRows:   dotRowsAVX2,
+
+		dotRowsBF16: dotRowsBF16AVX2,
+		dotRowsF16:  dotF16,
 
 		gemmPanels:    gemmPanelsAVX2,
 		onlineSoftmax: onlineSoftmaxAVX2,

@@ -2,7 +2,7 @@
 // register-blocked matrix-multiply micro-kernel (Gemm), a fused
 // exp-and-sum for softmax rows (ExpSum, Exp), Max, Scale, Dot and Axpy,
 // the kernels of the KV-cache decode step (WidenBF16, WidenF16,
-// DotRows), those of the fused attention tile (GemmPanels, OnlineSoftmax,
+// DotRows, DotRowsBF16, DotRowsF16), those of the fused attention tile (GemmPanels, OnlineSoftmax,
 // AttendPanels, PanelFromRows, RowsFromPanel), and two probes of the
 // machine (MeasurePeakGFlops, MeasureReadGBps) that reports divide by.
 //
@@ -44,7 +44,11 @@
 // query rows, and their lanes are summed once at the end of the block.
 // On Zen 3 it reaches about 80% of FMAPeak for 4 rows, 64 keys and
 // d = 128 (about 40 GB/s of keys), about 68% for d = 64, where the final
-// sums weigh more.
+// sums weigh more. DotRowsBF16 and DotRowsF16 are the same code (one
+// avo generator, parameterised by the load of 8 keys) with 16-bit keys
+// widened in registers as WidenBF16 and WidenF16 do, so that a 16-bit
+// cache is read once, at half the bytes, with no float32 copy; their Go
+// versions widen a key row into a stack array, then use the Go Dot.
 //
 // GemmPanels, OnlineSoftmax and AttendPanels are the kernels of the fused
 // attention tile of package flash, which runs the queries of a tile along
@@ -77,7 +81,7 @@
 // VUNPCKLPS/VSHUFPS/VPERM2F128 transposes.
 //
 // The kernels do not allocate. Gemm, Exp, Dot, Axpy, WidenBF16,
-// WidenF16, DotRows and the tile kernels check their arguments and panic
+// WidenF16, the DotRows kernels and the tile kernels check their arguments and panic
 // on a programming error (a length or stride that does not fit), before
 // any assembly runs.
 //

@@ -298,6 +298,49 @@ func dotRowsGeneric(s []float32, lds int, q []float32, ldq, rows int, k []float3
 	}
 }
 
+// dotRowsBF16Generic is DotRowsBF16 in Go: widenBF16Generic, then
+// dotRowsWidened.
+func dotRowsBF16Generic(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	dotRowsWidened(s, lds, q, ldq, rows, k, ldk, n, d, false)
+}
+
+// dotRowsF16Generic is DotRowsF16 in Go: widenF16Generic, then
+// dotRowsWidened.
+func dotRowsF16Generic(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	dotRowsWidened(s, lds, q, ldq, rows, k, ldk, n, d, true)
+}
+
+// widenChunk is the number of key values dotRowsWidened widens at once,
+// into an array on the stack: the kernels do not allocate.
+const widenChunk = 256
+
+// dotRowsWidened widens each key row (binary16 if f16, else bfloat16) by
+// chunks of widenChunk values and adds the dotGeneric of each query row
+// with the chunk to its score. The widenings are called directly, not
+// through a func value, so that buf stays on the stack.
+func dotRowsWidened(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, f16 bool) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	var buf [widenChunk]float32
+	for j := range n {
+		for r := range rows {
+			s[r*lds+j] = 0
+		}
+		for c0 := 0; c0 < d; c0 += widenChunk {
+			w := buf[:min(widenChunk, d-c0)]
+			if f16 {
+				widenF16Generic(w, k[j*ldk+c0:][:len(w)])
+			} else {
+				widenBF16Generic(w, k[j*ldk+c0:][:len(w)])
+			}
+			for r := range rows {
+				s[r*lds+j] += dotGeneric(q[r*ldq+c0:][:len(w)], w)
+			}
+		}
+	}
+}
+
 // gemmPanelsGeneric is the plain Go GemmPanels: for each panel, blocks
 // of 2 rows × 4 columns of C in 8 local accumulators, as in gemmGeneric.
 func gemmPanelsGeneric(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool) {

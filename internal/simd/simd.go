@@ -131,6 +131,22 @@ func DotRows(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk,
 	dotRows(s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
+// DotRowsBF16 is DotRows with the keys in bfloat16 (see WidenBF16),
+// widened to float32 as they are read: the scores are those of DotRows
+// on the widened k. It panics as DotRows does.
+func DotRowsBF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsBF16(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+// DotRowsF16 is DotRows with the keys in IEEE 754 binary16 (see
+// WidenF16), widened to float32 as they are read: the scores are those of
+// DotRows on the widened k. It panics as DotRows does.
+func DotRowsF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsF16(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
 func checkDotRows(ls, lds, lq, ldq, rows, lk, ldk, n, d int) {
 	if rows < 0 || n < 0 || d < 0 {
 		panic("simd: DotRows with a negative size")

@@ -65,6 +65,18 @@ func widenF16AVX2(dst []float32, src []uint16)
 //go:noescape
 func dotRowsAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int)
 
+// dotRowsBF16AVX2 is dotRowsAVX2 with k in bfloat16, widened in registers
+// (see DotRowsBF16); the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsBF16AVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int)
+
+// dotRowsF16AVX2 is dotRowsAVX2 with k in binary16, widened in registers with F16C
+// (see DotRowsF16); the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsF16AVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int)
+
 // gemmPanelsAVX2 computes C = A·B or C += A·B with B and C in panels (see GemmPanels)
 // with AVX2 and FMA. n must be a multiple of 16; the slices must be long enough
 // (the Go caller checks).

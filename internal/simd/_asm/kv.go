@@ -138,22 +138,66 @@ func dotRowsKeys(r int) []int {
 	}
 }
 
-// dotRows emits dotRowsAVX2. The rows of q go in groups of 4 (the last
-// group has rows%4), and for each group the keys in blocks (see
-// dotRowsKeys). A block of R rows × J keys keeps R·J accumulators over
-// the whole length d: for each 8 columns, each of the J key rows is
-// loaded once and multiplied into the R query rows (or the other way
-// round when R < J), the loads of the other operand coming from L1.
-// Blends and adds (see reduceMany) turn the R·J accumulators into
-// vectors of results at the end of the block. Groups after the first
-// read the keys again, from L1 or L2 for the tiles of a decode step.
+// kElem describes the element type of k for the dotRows generator: its
+// size in bytes and how 8 values at a memory operand become 8 float32
+// lanes of a ymm register.
+type kElem struct {
+	size int
+	// load reads 8 values of k at m into v as float32.
+	load func(m Mem, v VecVirtual)
+	// direct says whether m may instead be the memory operand of an FMA
+	// (float32 keys).
+	direct bool
+}
+
+var (
+	kF32 = kElem{4, func(m Mem, v VecVirtual) { VMOVUPS(m, v) }, true}
+	// kBF16 zero-extends 8 bfloat16 values to 32-bit lanes and shifts
+	// them to the upper half, which is exact.
+	kBF16 = kElem{2, func(m Mem, v VecVirtual) {
+		VPMOVZXWD(m, v)
+		VPSLLD(U8(16), v, v)
+	}, false}
+	// kF16 converts 8 binary16 values with F16C, exactly.
+	kF16 = kElem{2, func(m Mem, v VecVirtual) { VCVTPH2PS(m, v) }, false}
+)
+
+// dotRows emits dotRowsAVX2 and its variants with 16-bit keys widened in
+// registers, dotRowsBF16AVX2 and dotRowsF16AVX2: the same code but for the
+// loads of k.
 func dotRows() {
-	TEXT("dotRowsAVX2", NOSPLIT, "func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int)")
-	Pragma("noescape")
-	Doc(
+	dotRowsKernel("dotRowsAVX2", "[]float32", kF32,
 		"dotRowsAVX2 sets s[r*lds+j] = Σ_c q[r*ldq+c]·k[j*ldk+c] for r < rows, j < n, c < d",
 		"(see DotRows); the Go caller checks the sizes.",
 	)
+	dotRowsKernel("dotRowsBF16AVX2", "[]uint16", kBF16,
+		"dotRowsBF16AVX2 is dotRowsAVX2 with k in bfloat16, widened in registers",
+		"(see DotRowsBF16); the Go caller checks the sizes.",
+	)
+	dotRowsKernel("dotRowsF16AVX2", "[]uint16", kF16,
+		"dotRowsF16AVX2 is dotRowsAVX2 with k in binary16, widened in registers with F16C",
+		"(see DotRowsF16); the Go caller checks the sizes.",
+	)
+}
+
+// dotRowsKernel emits one DotRows kernel with keys of type ke. The rows of
+// q go in groups of 4 (the last group has rows%4), and for each group the
+// keys in blocks (see dotRowsKeys). A block of R rows × J keys keeps R·J
+// accumulators over the whole length d: for each 8 columns, each of the J
+// key rows is loaded once and multiplied into the R query rows (or the
+// other way round when R < J), the loads of the other operand coming from
+// L1. Blends and adds (see reduceMany) turn the R·J accumulators into
+// vectors of results at the end of the block. Groups after the first
+// read the keys again, from L1 or L2 for the tiles of a decode step.
+func dotRowsKernel(name, kType string, ke kElem, doc ...string) {
+	TEXT(name, NOSPLIT, "func(s []float32, lds int, q []float32, ldq, rows int, k "+kType+", ldk, n, d int)")
+	Pragma("noescape")
+	Doc(doc...)
+	var buf Mem
+	if !ke.direct {
+		// The d%8 last values of a key row, zero-padded to 8.
+		buf = AllocLocal(16)
+	}
 	m := Load(Param("rows"), GP64())
 	TESTQ(m, m)
 	JZ(LabelRef("done"))
@@ -166,7 +210,7 @@ func dotRows() {
 	Label("rows4")
 	CMPQ(m, U8(4))
 	JL(LabelRef("rowsTail"))
-	dotRowsGroup(4, qg, sg)
+	dotRowsGroup(4, qg, sg, ke, buf)
 	ldq := Load(Param("ldq"), GP64())
 	SHLQ(U8(4), ldq) // 4 rows of 4 bytes
 	ADDQ(ldq, qg)
@@ -184,7 +228,7 @@ func dotRows() {
 	JMP(LabelRef("done"))
 	for r := 3; r >= 1; r-- {
 		Label(fmt.Sprintf("rows%d", r))
-		dotRowsGroup(r, qg, sg)
+		dotRowsGroup(r, qg, sg, ke, buf)
 		JMP(LabelRef("done"))
 	}
 
@@ -195,7 +239,7 @@ func dotRows() {
 
 // dotRowsGroup emits the loop over the keys for the R rows of q starting
 // at qg, whose scores go to the rows of s starting at sg.
-func dotRowsGroup(R int, qg, sg Register) {
+func dotRowsGroup(R int, qg, sg Register, ke kElem, buf Mem) {
 	Commentf("Group of %d query rows.", R)
 	// The row pointers point past the last whole 8 columns; the block
 	// loops index them with a negative offset that counts up to 0.
@@ -229,9 +273,9 @@ func dotRowsGroup(R int, qg, sg Register) {
 		Label(pre)
 		CMPQ(j, U8(J))
 		JL(LabelRef(next))
-		dotRowsBlock(R, J, pre, qp, kp, sp)
+		dotRowsBlock(R, J, pre, qp, kp, sp, ke, buf)
 		ldk := Load(Param("ldk"), GP64())
-		IMUL3Q(U32(4*J), ldk, ldk)
+		IMUL3Q(U32(ke.size*J), ldk, ldk)
 		ADDQ(ldk, kp)
 		ADDQ(U8(4*J), sp)
 		SUBQ(U8(J), j)
@@ -251,9 +295,10 @@ func dotRowsGroup(R int, qg, sg Register) {
 // For each 8 columns, the smaller of the two sides is held in registers
 // and the other streamed: loaded into a register when it meets several
 // held vectors, used as the memory operand of the FMA when there is only
-// one. Blocks with fewer than 8 accumulators keep two sets, used on
-// alternate 8-column groups, so that they too have 4 to 12 FMA chains.
-func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
+// one (and it is not a key to widen). Blocks with fewer than 8
+// accumulators keep two sets, used on alternate 8-column groups, so that
+// they too have 4 to 12 FMA chains.
+func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem, buf Mem) {
 	Commentf("Block of %d rows × %d keys.", R, J)
 	sets := 1
 	if R*J < 8 {
@@ -271,12 +316,14 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
 	}
 
 	// kq[i] points past the whole 8-column groups of key i, c counts
-	// the bytes of those groups up from minus their length to 0.
+	// the bytes of k in those groups up from minus their length to 0;
+	// the offset in q is c·qs.
+	qs := 4 / ke.size
 	c := Load(Param("d"), GP64())
 	SHRQ(U8(3), c)
-	SHLQ(U8(5), c)
+	SHLQ(U8(map[int]uint8{4: 5, 2: 4}[ke.size]), c)
 	ldk := Load(Param("ldk"), GP64())
-	SHLQ(U8(2), ldk)
+	SHLQ(U8(map[int]uint8{4: 2, 2: 1}[ke.size]), ldk)
 	kq := make([]Register, J)
 	for i := range kq {
 		kq[i] = GP64()
@@ -288,14 +335,14 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
 	}
 	NEGQ(c)
 
-	// step does 8 columns, at byte disp from c, into accumulator set s.
-	step := func(s, disp int) {
-		qAt := func(r int) Mem { return Mem{Base: qp[r], Index: c, Scale: 1, Disp: disp} }
-		kAt := func(i int) Mem { return Mem{Base: kq[i], Index: c, Scale: 1, Disp: disp} }
+	// step does 8 columns, the u-th of a pair, into accumulator set s.
+	step := func(s, u int) {
+		qAt := func(r int) Mem { return Mem{Base: qp[r], Index: c, Scale: uint8(qs), Disp: 32 * u} }
+		kAt := func(i int) Mem { return Mem{Base: kq[i], Index: c, Scale: 1, Disp: 8 * ke.size * u} }
 		if J <= R { // hold the keys, stream the query rows
 			kv := newYMMs(J)
 			for i := range kv {
-				VMOVUPS(kAt(i), kv[i])
+				ke.load(kAt(i), kv[i])
 			}
 			for r := 0; r < R; r++ {
 				if J == 1 {
@@ -315,12 +362,12 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
 			VMOVUPS(qAt(r), qv[r])
 		}
 		for i := 0; i < J; i++ {
-			if R == 1 {
+			if R == 1 && ke.direct {
 				VFMADD231PS(kAt(i), qv[0], acc[s][0][i])
 				continue
 			}
 			t := YMM()
-			VMOVUPS(kAt(i), t)
+			ke.load(kAt(i), t)
 			for r := range qv {
 				VFMADD231PS(t, qv[r], acc[s][r][i])
 			}
@@ -332,19 +379,21 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
 	TESTQ(U32(8), d)
 	JZ(LabelRef(pre + "pairs"))
 	step(0, 0)
-	ADDQ(U8(32), c)
+	ADDQ(U8(8*ke.size), c)
 	Label(pre + "pairs")
 	TESTQ(c, c)
 	JZ(LabelRef(pre + "tail"))
 	Label(pre + "loop")
 	step(0, 0)
-	step(1%sets, 32)
-	ADDQ(U8(64), c)
+	step(1%sets, 1)
+	ADDQ(U8(16*ke.size), c)
 	JNZ(LabelRef(pre + "loop"))
 
 	// The d%8 last columns, with masked loads that leave 0 in the other
 	// lanes and read nothing past the rows; one vector of q and one of k
-	// at a time, as the mask takes a register.
+	// at a time, as the mask takes a register. 16-bit keys have no
+	// masked load: their d%8 last values are copied one by one to the
+	// zeroed buf, read from there.
 	Label(pre + "tail")
 	rem := Load(Param("d"), GP64())
 	ANDQ(U8(7), rem)
@@ -352,7 +401,22 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register) {
 	mask := loadTailMask(rem)
 	for i := 0; i < J; i++ {
 		kv := YMM()
-		VMASKMOVPS(Mem{Base: kq[i]}, mask, kv)
+		if ke.direct {
+			VMASKMOVPS(Mem{Base: kq[i]}, mask, kv)
+		} else {
+			z := XMM()
+			VXORPS(z, z, z)
+			VMOVUPS(z, buf)
+			e := Load(Param("d"), GP64())
+			ANDQ(U8(7), e)
+			t := GP32()
+			Label(fmt.Sprintf("%scopy%d", pre, i))
+			MOVWLZX(Mem{Base: kq[i], Index: e, Scale: 2, Disp: -2}, t)
+			MOVW(t.As16(), buf.Idx(e, 2).Offset(-2))
+			DECQ(e)
+			JNZ(LabelRef(fmt.Sprintf("%scopy%d", pre, i)))
+			ke.load(buf, kv)
+		}
 		for r := 0; r < R; r++ {
 			t := YMM()
 			VMASKMOVPS(Mem{Base: qp[r]}, mask, t)
