@@ -179,3 +179,31 @@ func ExampleMerge() {
 	fmt.Printf("%v %.4f\n", out, lse[0])
 	// Output: [0.5 0.5] 0.6931
 }
+
+func TestCheckBackward(t *testing.T) {
+	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 3, M: 4, D: 2}
+	qo := make([]float32, s.QLen())
+	kv := make([]float32, s.KVLen())
+	lse := make([]float32, s.LSELen())
+	if err := attn.CheckBackward(s, qo, kv, kv, qo, lse, qo, qo, kv, kv, attn.Options{}); err != nil {
+		t.Fatalf("valid call: %v", err)
+	}
+	cases := []struct {
+		name                           string
+		lse, dout, dq, dk, dv, forward []float32
+		want                           string
+	}{
+		{"forward", lse, qo, qo, kv, kv, qo[1:], "len(Q)"},
+		{"no lse", nil, qo, qo, kv, kv, qo, "needs lse"},
+		{"dout", lse, qo[1:], qo, kv, kv, qo, "len(dout)"},
+		{"dq", lse, qo, qo[1:], kv, kv, qo, "len(dq)"},
+		{"dk", lse, qo, qo, kv[1:], kv, qo, "len(dk)"},
+		{"dv", lse, qo, qo, kv, kv[1:], qo, "len(dv)"},
+	}
+	for _, c := range cases {
+		err := attn.CheckBackward(s, c.forward, kv, kv, qo, c.lse, c.dout, c.dq, c.dk, c.dv, attn.Options{})
+		if !errors.Is(err, attn.ErrShape) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want ErrShape mentioning %q", c.name, err, c.want)
+		}
+	}
+}

@@ -204,3 +204,31 @@ func (o Options) WorkerCount(procs, tasks int) int {
 	}
 	return w
 }
+
+// CheckBackward validates the arguments of a backward pass: everything
+// Check asks of the forward call (with out required), the forward's lse,
+// which every backward recomputes its probabilities from, and the lengths
+// of the output gradient dout and of the gradients dq, dk and dv.
+func CheckBackward(s Shape, q, k, v, out, lse, dout, dq, dk, dv []float32, o Options) error {
+	if err := Check(s, q, k, v, out, lse, o); err != nil {
+		return err
+	}
+	if lse == nil {
+		return fmt.Errorf("%w: a backward pass needs lse, the log-sum-exp of the forward pass", ErrShape)
+	}
+	for _, t := range []struct {
+		name      string
+		got, want int
+		dims      string
+	}{
+		{"dout", len(dout), s.QLen(), "B·H·N·D"},
+		{"dq", len(dq), s.QLen(), "B·H·N·D"},
+		{"dk", len(dk), s.KVLen(), "B·Hkv·M·D"},
+		{"dv", len(dv), s.KVLen(), "B·Hkv·M·D"},
+	} {
+		if t.got != t.want {
+			return fmt.Errorf("%w: len(%s) = %d, want %s = %d", ErrShape, t.name, t.got, t.dims, t.want)
+		}
+	}
+	return nil
+}

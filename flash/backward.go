@@ -2,7 +2,6 @@ package flash
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -97,25 +96,8 @@ func (kn *Kernel) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse,
 // bq query positions (a multiple of simd.Panel) and bk keys per tile.
 func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, pat Pattern,
 	dq, dk, dv []float32, bq, bk int) error {
-	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
+	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
 		return err
-	}
-	if lse == nil {
-		return fmt.Errorf("%w: Backward needs lse, the log-sum-exp of the forward pass", attn.ErrShape)
-	}
-	for _, t := range []struct {
-		name      string
-		got, want int
-		dims      string
-	}{
-		{"dout", len(dout), s.QLen(), "B·H·N·D"},
-		{"dq", len(dq), s.QLen(), "B·H·N·D"},
-		{"dk", len(dk), s.KVLen(), "B·Hkv·M·D"},
-		{"dv", len(dv), s.KVLen(), "B·Hkv·M·D"},
-	} {
-		if t.got != t.want {
-			return fmt.Errorf("%w: len(%s) = %d, want %s = %d", attn.ErrShape, t.name, t.got, t.dims, t.want)
-		}
 	}
 	if pat == nil {
 		pat = dense{}

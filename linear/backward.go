@@ -66,25 +66,8 @@ import (
 // cancelled ctx stops the pass and returns its error, the outputs then
 // being partly written.
 func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
-	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
+	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
 		return err
-	}
-	if lse == nil {
-		return fmt.Errorf("%w: linear: Backward needs lse, the log normaliser of the forward pass", attn.ErrShape)
-	}
-	for _, t := range []struct {
-		name      string
-		got, want int
-		dims      string
-	}{
-		{"dout", len(dout), s.QLen(), "B·H·N·D"},
-		{"dq", len(dq), s.QLen(), "B·H·N·D"},
-		{"dk", len(dk), s.KVLen(), "B·Hkv·M·D"},
-		{"dv", len(dv), s.KVLen(), "B·Hkv·M·D"},
-	} {
-		if t.got != t.want {
-			return fmt.Errorf("%w: linear: len(%s) = %d, want %s = %d", attn.ErrShape, t.name, t.got, t.dims, t.want)
-		}
 	}
 	if _, ok := a.fm.(ELU); !ok {
 		return fmt.Errorf("%w: linear: Backward supports the elu+1 feature map only, not %T", attn.ErrUnsupported, a.fm)
