@@ -26,6 +26,24 @@
 // is the text, byte for byte, valid UTF-8 or not. (SentencePiece has the
 // same exception: a "▁" in the input comes back as a space.)
 //
+// # Training
+//
+// Train learns a vocabulary from texts as SentencePiece's BPE trainer
+// does: the texts are normalised as Encode does it and split into words
+// (at each "▁", around runs of other whitespace such as "\n", and where
+// the Unicode script changes), the distinct words are counted, the
+// characters covering 99.95% of the text become pieces (the rest are
+// left to byte fallback), and then the most frequent adjacent pair is
+// merged into a new piece, again and again, up to the size asked for.
+// A merged piece scores minus its rank, so that Encode applies the merges
+// in the order they were learned; each word is kept split as Encode would
+// split it. Pair counts are updated incrementally through an index from
+// each candidate piece to the words that hold it, so a merge costs time
+// in proportion to the words it touches: a 4096-piece vocabulary from
+// 3.5 MB of English takes about half a second on one core. Bad
+// configurations and texts without a character are errors wrapping
+// ErrTrain.
+//
 // # Files
 //
 // A Tokenizer is made from pieces, scores and kinds (New), which is how

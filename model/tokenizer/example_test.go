@@ -1,6 +1,7 @@
 package tokenizer_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/attnkit/attn/model/tokenizer"
@@ -25,4 +26,31 @@ func Example() {
 	// Output:
 	// 1:"<s>" 7:"▁hi" 7:"▁hi" 8:"<0x21>"
 	// "hi hi!"
+}
+
+func ExampleTrain() {
+	texts := []string{
+		"the cat sat on the mat",
+		"the dog sat on the log",
+		"the cat and the dog",
+	}
+	tok, err := tokenizer.Train(context.Background(), texts, tokenizer.TrainConfig{Size: 290})
+	if err != nil {
+		panic(err)
+	}
+	// Fewer pieces than asked for: no pair is left that occurs twice.
+	fmt.Println(tok.Len(), "pieces; learned first:", tok.Pieces()[259:265])
+	ids := tok.Encode("the cat sat on the log!", false)
+	for i, id := range ids {
+		if i > 0 {
+			fmt.Print(" ")
+		}
+		fmt.Printf("%q", tok.Piece(id))
+	}
+	fmt.Println()
+	fmt.Printf("%q\n", tok.Decode(ids))
+	// Output:
+	// 285 pieces; learned first: [he ▁t ▁the at og on]
+	// "▁the" "▁cat" "▁sat" "▁on" "▁the" "▁" "l" "og" "<0x21>"
+	// "the cat sat on the log!"
 }
