@@ -32,6 +32,11 @@ type Config struct {
 	NormEps float32
 	// TiedOutput says that the output layer is the token embedding.
 	TiedOutput bool
+	// Attention is the attention the model was trained with, as a patch
+	// spec without layers ("linear", "window:left=256"); "" or "exact"
+	// is softmax attention. Models run every layer with it unless a
+	// patch says otherwise. GGUF files carry it as attn.attention.
+	Attention string
 }
 
 // Limits on a Config, far above any model a CPU runs, to keep every size

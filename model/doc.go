@@ -77,7 +77,32 @@
 //
 // # Training
 //
-// Weights holds one plain []float32 per tensor, row-major [out][in], so
-// that a training loop can update them in place between passes; a Model
-// reads them at every call and keeps no derived copy.
+// A Trainer trains Weights in place (NewTrainer, Step): the forward pass
+// of Forward keeping every activation, then the backward pass layer by
+// layer in reverse, every product through simd.Gemm (dX = Wᵀ·dY with
+// Wᵀ copied once a step, dW += dY·Xᵀ with X copied position-major, both
+// packed per tile), RMSNorm, SwiGLU and RoPE by their closed-form
+// derivatives, and attention by its mechanism's backward pass: the
+// FlashAttention-2 kernel of package flash for exact attention (no N×M
+// buffer), flash's kernel with a sparse.Window pattern for sliding-window
+// attention, the chunked backward of package linear for linear attention
+// (TrainConfig.Attention). The loss is the mean cross-entropy of each
+// token given those before it. The update is AdamW (decoupled weight
+// decay on matrices only) after clipping the gradient's global norm, with
+// a linear warm-up then a cosine decay of the learning rate. Every sum
+// runs in an order fixed by the shapes, so a run gives the same bits on
+// any number of workers, and Save then Resume continue a run exactly:
+// the checkpoint is a GGUF model file (which every reader here accepts)
+// with the settings, step and Adam's moments added as train.* entries.
+// Training needs Dim, Hidden, KVDim and Vocab to be multiples of 16 (the
+// products' column panels); head sizes may be anything even.
+//
+// A model trained with linear or window attention records it
+// (Config.Attention, GGUF key attn.attention) and runs with it: its
+// layers are "patched" with its own mechanism by default.
+//
+// Costs per token and step: about 6·P flops for P weights (forward 2·P,
+// backward 4·P), plus attention's forward and backward; the memory is
+// every layer's activations, about (10·Dim + 3·Hidden)·4 bytes a position
+// and layer.
 package model

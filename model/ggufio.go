@@ -34,6 +34,9 @@ const (
 	keyEOS         = "tokenizer.ggml.eos_token_id"
 	keyUnknown     = "tokenizer.ggml.unknown_token_id"
 	keySpacePrefix = "tokenizer.ggml.add_space_prefix"
+	// keyAttention names the attention a model was trained with when it
+	// is not softmax attention (Config.Attention); attn's own key.
+	keyAttention = "attn.attention"
 )
 
 // ReadGGUF reads a llama-architecture GGUF file: the weights (F32, F16,
@@ -65,7 +68,7 @@ func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error)
 		want[t.Name] = true
 	}
 	for _, t := range f.Tensors {
-		if !want[t.Name] {
+		if !want[t.Name] && !strings.HasPrefix(t.Name, trainPrefix) {
 			if t.Name == "rope_freqs.weight" {
 				return nil, nil, fmt.Errorf("%w: rope frequency factors (rope_freqs.weight, Llama 3.1 scaling)", attn.ErrUnsupported)
 			}
@@ -159,6 +162,13 @@ func ggufConfig(f *gguf.File) (Config, error) {
 	if vocab != 0 && vocab != c.Vocab {
 		return c, fmt.Errorf("%w: %s = %d but token_embd.weight has %d rows", ErrFormat, keyVocabSize, vocab, c.Vocab)
 	}
+	if _, ok := f.Value(keyAttention); ok {
+		a, err := f.String(keyAttention)
+		if err != nil {
+			return c, err
+		}
+		c.Attention = a
+	}
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedOutput = !hasOut
 	if err := c.Validate(); err != nil {
@@ -246,6 +256,11 @@ func ggufTokenizer(f *gguf.File, vocab int) (*tokenizer.Tokenizer, error) {
 // them, and so is a Q8_0 matrix whose rows are not a multiple of 32.
 // name goes to general.name.
 func WriteGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.TensorType, name string) error {
+	return writeGGUF(out, w, tok, typ, name, nil, nil)
+}
+
+// writeGGUF is WriteGGUF with extra metadata and tensors after the model's.
+func writeGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.TensorType, name string, meta []gguf.KV, extra []gguf.Tensor) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
@@ -266,6 +281,9 @@ func WriteGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.Ten
 		{Key: keyEps, Value: c.NormEps},
 		{Key: keyRopeBase, Value: c.RopeBase},
 		{Key: keyVocabSize, Value: uint32(c.Vocab)},
+	}
+	if c.Attention != "" && c.Attention != "exact" {
+		kv = append(kv, gguf.KV{Key: keyAttention, Value: c.Attention})
 	}
 	if tok != nil {
 		if tok.Len() != c.Vocab {
@@ -299,7 +317,7 @@ func WriteGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.Ten
 		}
 		ts = append(ts, gguf.Tensor{Name: t.Name, Dims: ggufDims(t.Shape), Type: tt, Data: *t.Data})
 	}
-	return gguf.Write(out, kv, ts)
+	return gguf.Write(out, append(kv, meta...), append(ts, extra...))
 }
 
 // isGGUF reports whether head starts a GGUF file.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -77,6 +78,20 @@ func New(w *Weights, o Options) (*Model, error) {
 		m.mechs[l] = m.exact
 		m.labels[l] = "exact"
 	}
+	if a := cfg.Attention; a != "" && a != "exact" {
+		// The model's own attention: every layer a patch does not name.
+		ps, err := ParsePatch(a)
+		if err != nil || len(ps) != 1 || ps[0].Layers != nil {
+			return nil, fmt.Errorf("%w: the model's attention %q is not one mechanism without layers", ErrFormat, a)
+		}
+		for l := range m.mechs {
+			mech, err := registry.New(ps[0].Mechanism, ps[0].Settings, o.Seed+uint64(l))
+			if err != nil {
+				return nil, fmt.Errorf("%w: the model's attention %q: %v", ErrFormat, a, err)
+			}
+			m.mechs[l], m.patched[l], m.labels[l] = mech, true, a
+		}
+	}
 	named := make([]bool, cfg.Layers)
 	for _, p := range o.Patches {
 		layers := p.Layers
@@ -144,6 +159,14 @@ func (m *Model) Forward(ctx context.Context, tokens []int, from int, logits []fl
 // ForwardObserve is Forward that calls obs (if not nil) after every
 // layer's attention.
 func (m *Model) ForwardObserve(ctx context.Context, tokens []int, from int, logits []float32, obs Observer) error {
+	return m.forward(ctx, tokens, from, logits, obs, nil)
+}
+
+// forward is ForwardObserve that, when attnTime is not nil, adds to it the
+// wall time of the layers' attention calls (the mechanisms' Forward, not
+// obs), so that Perplexity can report what the attention costs apart from
+// the projections and MLPs around it.
+func (m *Model) forward(ctx context.Context, tokens []int, from int, logits []float32, obs Observer, attnTime *time.Duration) error {
 	n := len(tokens)
 	if n == 0 {
 		return fmt.Errorf("%w: no tokens", attn.ErrInput)
@@ -156,7 +179,12 @@ func (m *Model) ForwardObserve(ctx context.Context, tokens []int, from int, logi
 	}
 	opts := attn.Options{Causal: true, Workers: m.workers}
 	att := func(ctx context.Context, l int, s attn.Shape, q, k, v, out []float32) error {
-		if err := m.mechs[l].Forward(ctx, s, q, k, v, opts, out, nil); err != nil {
+		t0 := time.Now()
+		err := m.mechs[l].Forward(ctx, s, q, k, v, opts, out, nil)
+		if attnTime != nil {
+			*attnTime += time.Since(t0)
+		}
+		if err != nil {
 			return fmt.Errorf("layer %d (%s): %w", l, m.labels[l], err)
 		}
 		if obs != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/attnkit/attn"
 )
@@ -41,6 +42,11 @@ type PerplexityResult struct {
 	// (the patched model's own): the error of the mechanism alone, not
 	// what earlier layers added. Exact layers have 0.
 	LayerErr []float64
+	// AttnSeconds is the wall time spent inside the scored model's
+	// attention calls (every layer's mechanism Forward, exact layers
+	// included), summed over the windows; not the reference's, nor what
+	// Perplexity does with the outputs.
+	AttnSeconds float64
 }
 
 // PPL returns exp(NLL/Tokens).
@@ -125,13 +131,14 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 	}
 	begins, ends, firsts := Windows(len(tokens), ctxLen, stride)
 	var logits, refLogits []float32
+	var attnTime time.Duration
 	lp, lq := make([]float64, v), make([]float64, v)
 	for w := range begins {
 		b, e, f := begins[w], ends[w], firsts[w]
 		from := f - 1 - b // logits at local position from… predict tokens f…
 		rows := e - b - from
 		logits = grow(logits, rows*v)
-		if err := m.ForwardObserve(ctx, tokens[b:e], from, logits, obs); err != nil {
+		if err := m.forward(ctx, tokens[b:e], from, logits, obs, &attnTime); err != nil {
 			return r, err
 		}
 		if ref != nil {
@@ -160,6 +167,7 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 			o.Progress(w+1, len(begins))
 		}
 	}
+	r.AttnSeconds = attnTime.Seconds()
 	if ref != nil {
 		r.LayerErr = make([]float64, m.cfg.Layers)
 		for l := range r.LayerErr {

@@ -7,7 +7,9 @@
 //	attn accuracy [flags]  error against exact as each mechanism's budget grows
 //	attn run [flags]       one mechanism on tensors read from .npy or safetensors
 //	attn ppl [flags]       perplexity and bits/char of a model, exact or with patched attention
+//	attn patching [flags]  perplexity and attention time as the last ℓ layers are patched, per mechanism
 //	attn generate [flags]  stream text from a model and report prefill and decode tokens/s
+//	attn train [flags]     train a model and its tokenizer on plain text, in pure Go
 //	attn dump [flags]      write one layer's Q, K, V (after RoPE) and output as .npy
 //
 // Run `attn <command> -h` for the flags of each command.
@@ -38,7 +40,9 @@ var commands = []struct {
 	{"run", "run one mechanism on tensors from .npy or safetensors files", cmdRun},
 	{"accuracy", "error against exact attention as each mechanism's budget grows", cmdAccuracy},
 	{"ppl", "perplexity over sliding windows; with -patch also KL from exact and per-layer error", cmdPPL},
+	{"patching", "perplexity and attention time as the last ℓ layers get each approximation (HyperAttention Fig. 3)", cmdPatching},
 	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
+	{"train", "train a model and its tokenizer on text: AdamW, cosine schedule, checkpoints", cmdTrain},
 	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},
 }
 

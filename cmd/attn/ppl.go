@@ -83,16 +83,17 @@ func describeModel(path string, m *model.Model) string {
 		filepath.Base(path), c.Dim, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.HeadDim(), c.Vocab, c.SeqLen, tied, size)
 }
 
-// readText reads a text file and its tokens, BOS first.
+// readText reads a text file (gunzipped when it ends in .gz) and its
+// tokens, BOS first.
 func readText(path string, tok *tokenizer.Tokenizer) (string, []int, error) {
 	if path == "" {
 		return "", nil, fmt.Errorf("-text is required")
 	}
-	b, err := os.ReadFile(path)
+	s, err := readTextFile(path)
 	if err != nil {
 		return "", nil, err
 	}
-	return string(b), tok.Encode(string(b), true), nil
+	return s, tok.Encode(s, true), nil
 }
 
 // pplJSON is what ppl writes to -out DIR/ppl.json.

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/gguf"
+	"github.com/attnkit/attn/model/tokenizer"
+)
+
+// readTextFile reads a UTF-8 text file, gunzipping it when its name ends
+// in .gz.
+func readTextFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return string(b), nil
+}
+
+func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attn train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var texts listFlag
+	fs.Var(&texts, "text", "training text `FILES` (comma-separated or repeated; .gz is read gunzipped)")
+	val := fs.String("val", "", "validation text `FILE`: its loss is printed every -eval steps")
+	valTokens := fs.Int("val-tokens", 16384, "score the first `N` tokens of -val")
+	resume := fs.String("resume", "", "continue the run saved in checkpoint `FILE` (its settings win)")
+	out := fs.String("o", "model.gguf", "write the trained model to `FILE`")
+	outType := fs.String("type", "f32", "element type of the model's matrices: f32, f16 or bf16")
+	ckpt := fs.String("checkpoint", "", "save a checkpoint (weights, Adam state, step) to `FILE` every -save steps and at the end")
+	saveEvery := fs.Int("save", 200, "steps between checkpoints")
+	evalEvery := fs.Int("eval", 100, "steps between validation losses")
+	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	var c model.Config
+	var tc model.TrainConfig
+	vocab := fs.Int("vocab", 4096, "pieces of the vocabulary learnt from the text (a multiple of 16)")
+	fs.IntVar(&c.Dim, "dim", 256, "width of the residual stream")
+	fs.IntVar(&c.Hidden, "hidden", 688, "width of the SwiGLU MLP")
+	fs.IntVar(&c.Layers, "layers", 4, "decoder blocks")
+	fs.IntVar(&c.Heads, "heads", 8, "query heads")
+	fs.IntVar(&c.KVHeads, "kv-heads", 2, "key/value heads (GQA)")
+	fs.BoolVar(&c.TiedOutput, "tied", false, "tie the output layer to the embedding")
+	fs.IntVar(&tc.Context, "ctx", 512, "tokens per training sequence (the model's context length)")
+	fs.StringVar(&tc.Attention, "attn", "exact", "attention to train with: exact, linear or window:left=W")
+	fs.IntVar(&tc.Batch, "batch", 1, "sequences per step")
+	fs.IntVar(&tc.Steps, "steps", 1000, "steps of the cosine schedule")
+	fs.IntVar(&tc.Warmup, "warmup", 0, "warm-up steps (0: steps/20)")
+	fs.Float64Var(&tc.LR, "lr", 1e-3, "peak learning rate")
+	fs.Float64Var(&tc.MinLR, "min-lr", 0, "final learning rate (0: lr/10)")
+	fs.Float64Var(&tc.WeightDecay, "wd", 0.1, "AdamW weight decay of the matrices (negative: none)")
+	fs.Float64Var(&tc.Clip, "clip", 1, "global gradient-norm bound (negative: none)")
+	fs.Uint64Var(&tc.Seed, "seed", 1, "seed of the initial weights and of the training windows")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: attn train -text FILES [-val FILE] [-ctx N] [-attn NAME[:params]] [-steps N] [-o FILE] [flags]")
+		fmt.Fprintln(stderr, "\nTrains a llama-style model (GQA, RoPE, SwiGLU, RMSNorm) and its tokenizer on plain text, in")
+		fmt.Fprintln(stderr, "pure Go: SentencePiece-style BPE vocabulary, then AdamW with warm-up, cosine decay and")
+		fmt.Fprintln(stderr, "gradient clipping. The model and checkpoints are GGUF files that every command reads.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var paths []string
+	for _, t := range texts {
+		for p := range strings.SplitSeq(t, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				paths = append(paths, p)
+			}
+		}
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("-text is required")
+	}
+	var typ gguf.TensorType
+	switch *outType {
+	case "f32":
+		typ = gguf.F32
+	case "f16":
+		typ = gguf.F16
+	case "bf16":
+		typ = gguf.BF16
+	default:
+		return fmt.Errorf("-type %q: want f32, f16 or bf16", *outType)
+	}
+	if *saveEvery < 1 || *evalEvery < 1 || *valTokens < 2 {
+		return fmt.Errorf("-save, -eval must be >= 1 and -val-tokens >= 2")
+	}
+	corpus := make([]string, len(paths))
+	chars := 0
+	for i, p := range paths {
+		s, err := readTextFile(p)
+		if err != nil {
+			return err
+		}
+		corpus[i] = s
+		chars += len([]rune(s))
+	}
+	fmt.Fprintf(stdout, "text   %d files, %d characters\n", len(paths), chars)
+
+	var tr *model.Trainer
+	var tok *tokenizer.Tokenizer
+	if *resume != "" {
+		f, err := os.Open(*resume)
+		if err != nil {
+			return err
+		}
+		st, err := f.Stat()
+		if err == nil {
+			tr, tok, err = model.Resume(f, st.Size(), *workers)
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *resume, err)
+		}
+		if tok == nil {
+			return fmt.Errorf("%s has no tokenizer", *resume)
+		}
+		fmt.Fprintf(stdout, "resume %s at step %d\n", *resume, tr.Steps())
+	} else {
+		start := time.Now()
+		var err error
+		tok, err = tokenizer.Train(ctx, corpus, tokenizer.TrainConfig{Size: *vocab})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "vocab  %d pieces learnt in %s\n", tok.Len(), time.Since(start).Round(time.Millisecond))
+		c.Vocab = tok.Len()
+		c.SeqLen = tc.Context
+		if tc.Attention != "exact" {
+			c.Attention = tc.Attention
+		}
+		w, err := model.InitWeights(c, tc.Seed)
+		if err != nil {
+			return err
+		}
+		tc.Workers = *workers
+		if tr, err = model.NewTrainer(w, tc); err != nil {
+			return err
+		}
+	}
+	tc = tr.Config()
+	c = tr.Weights().Config
+	var tokens []int
+	for _, s := range corpus {
+		tokens = append(tokens, tok.Encode(s, true)...)
+	}
+	fmt.Fprintf(stdout, "tokens %d (%.3f per character)\n", len(tokens), float64(len(tokens))/float64(chars))
+	fmt.Fprintf(stdout, "model  %d parameters: dim %d, hidden %d, %d layers, %d/%d heads, vocab %d, context %d, attention %s\n",
+		tr.Weights().Params(), c.Dim, c.Hidden, c.Layers, c.Heads, c.WithDefaults().KVHeads, c.Vocab, tc.Context, tc.Attention)
+	fmt.Fprintf(stdout, "train  %d steps of %d×%d tokens (%.2f epochs), lr %g→%g, warm-up %d, wd %g, clip %g\n",
+		tc.Steps, tc.Batch, tc.Context, float64(tc.Steps*tc.Batch*tc.Context)/float64(len(tokens)),
+		tc.LR, tc.MinLR, tc.Warmup, tc.WeightDecay, tc.Clip)
+
+	var valSeqs [][]int
+	if *val != "" {
+		s, err := readTextFile(*val)
+		if err != nil {
+			return err
+		}
+		vt := tok.Encode(s, true)
+		vt = vt[:min(len(vt), *valTokens)]
+		for i := 0; i+1 < len(vt); i += tc.Context {
+			valSeqs = append(valSeqs, vt[i:min(i+tc.Context+1, len(vt))])
+		}
+		fmt.Fprintf(stdout, "val    %s: %d tokens in %d sequences\n", filepath.Base(*val), len(vt), len(valSeqs))
+	}
+	valLoss := func() (float64, error) {
+		var sum float64
+		var n int
+		for _, s := range valSeqs {
+			l, err := tr.Loss(ctx, s)
+			if err != nil {
+				return 0, err
+			}
+			sum += l * float64(len(s)-1)
+			n += len(s) - 1
+		}
+		return sum / float64(n), nil
+	}
+	save := func() error {
+		if *ckpt == "" {
+			return nil
+		}
+		return writeFileAtomic(*ckpt, func(w io.Writer) error { return tr.Save(w, tok, "attn train checkpoint") })
+	}
+
+	bar := newTrainBar(stderr, tc.Steps, tr.Steps())
+	start, attn0 := time.Now(), tr.AttentionTime()
+	stepsRun := 0
+	var lossEMA float64
+	for tr.Steps() < tc.Steps {
+		st, err := tr.Step(ctx, tr.Sample(tokens, tr.Steps()))
+		if err != nil {
+			bar.finish()
+			if ctx.Err() != nil {
+				if serr := save(); serr != nil {
+					return serr
+				}
+			}
+			return err
+		}
+		stepsRun++
+		if stepsRun == 1 {
+			lossEMA = st.Loss
+		}
+		lossEMA = 0.95*lossEMA + 0.05*st.Loss
+		elapsed := time.Since(start)
+		tps := float64(stepsRun*tc.Batch*tc.Context) / elapsed.Seconds()
+		left := time.Duration(float64(elapsed) / float64(stepsRun) * float64(tc.Steps-tr.Steps()))
+		bar.update(tr.Steps(), fmt.Sprintf("loss %.3f  %.0f tok/s  lr %.2g  %s left", lossEMA, tps, st.LR, left.Round(time.Second)))
+		i := tr.Steps()
+		if len(valSeqs) > 0 && (i%*evalEvery == 0 || i == tc.Steps) {
+			vl, err := valLoss()
+			if err != nil {
+				return err
+			}
+			bar.log(fmt.Sprintf("step %d  train loss %.4f  val loss %.4f (ppl %.2f)  %.0f tok/s  attention %.0f%%  %s",
+				i, lossEMA, vl, math.Exp(vl), tps, 100*(tr.AttentionTime()-attn0).Seconds()/elapsed.Seconds(), elapsed.Round(time.Second)))
+		}
+		if i%*saveEvery == 0 {
+			if err := save(); err != nil {
+				return err
+			}
+		}
+	}
+	bar.finish()
+	if err := save(); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	if stepsRun > 0 {
+		fmt.Fprintf(stdout, "trained %d steps in %s: %.0f tokens/s, %.0f%% of the time in attention (forward and backward)\n",
+			stepsRun, elapsed.Round(time.Second), float64(stepsRun*tc.Batch*tc.Context)/elapsed.Seconds(),
+			100*(tr.AttentionTime()-attn0).Seconds()/elapsed.Seconds())
+	}
+	if len(valSeqs) > 0 {
+		vl, err := valLoss()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "validation loss %.4f nats/token, perplexity %.3f\n", vl, math.Exp(vl))
+	}
+	if err := writeFileAtomic(*out, func(w io.Writer) error {
+		return model.WriteGGUF(w, tr.Weights(), tok, typ, "attn "+tc.Attention+" model")
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "wrote", *out)
+	return nil
+}
+
+// writeFileAtomic writes path through a temporary file in its directory,
+// renamed into place, so that an interrupted write never leaves half a
+// checkpoint.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	bw := newBufWriter(f)
+	if err := write(bw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func newBufWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<20) }
+
+// trainBar shows a run's steps: a bar redrawn in place on a terminal with
+// the loss, tokens/s and time left, a line every 10 steps anywhere else.
+type trainBar struct {
+	p          *progress
+	total, at0 int
+	status     string
+}
+
+func newTrainBar(w io.Writer, total, at int) *trainBar {
+	b := &trainBar{p: newProgress(w, total, 0), total: total, at0: at}
+	b.p.done = at
+	return b
+}
+
+func (b *trainBar) update(step int, status string) {
+	b.p.done, b.status = step, status
+	switch {
+	case b.p.tty:
+		b.draw()
+	case step%10 == 0 || step == b.total || step == b.at0+1:
+		fmt.Fprintf(b.p.w, "[%d/%d] %s\n", step, b.total, status)
+	}
+}
+
+func (b *trainBar) draw() {
+	const width = 24
+	filled := b.p.done * width / max(1, b.total)
+	fmt.Fprintf(b.p.w, "\r\x1b[K[%s%s] %d/%d  %s", strings.Repeat("#", filled), strings.Repeat(".", width-filled), b.p.done, b.total, b.status)
+}
+
+// log prints a line above the bar.
+func (b *trainBar) log(line string) {
+	if b.p.tty {
+		fmt.Fprintf(b.p.w, "\r\x1b[K%s\n", line)
+		b.draw()
+		return
+	}
+	fmt.Fprintln(b.p.w, line)
+}
+
+func (b *trainBar) finish() { b.p.finish() }

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/attnkit/attn/model"
+)
+
+// trainText writes a small gzip'd corpus of random sentences from a
+// small lexicon, and a plain validation text.
+func trainText(t *testing.T) (train, val string) {
+	t.Helper()
+	dir := t.TempDir()
+	words := strings.Fields("the cat sat on a mat and she said that it was very good to see him again in the house of her father")
+	rng := rand.New(rand.NewPCG(1, 2))
+	text := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(words[rng.IntN(len(words))])
+			if i%12 == 11 {
+				b.WriteString(".\n")
+			} else {
+				b.WriteByte(' ')
+			}
+		}
+		return b.String()
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(text(3000)))
+	zw.Close()
+	train, val = filepath.Join(dir, "train.txt.gz"), filepath.Join(dir, "val.txt")
+	if err := os.WriteFile(train, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(val, []byte(text(300)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return train, val
+}
+
+func TestTrainCommand(t *testing.T) {
+	train, val := trainText(t)
+	dir := t.TempDir()
+	out, ckpt := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "c.gguf")
+	args := []string{"train", "-text", train, "-val", val, "-vocab", "320", "-dim", "32", "-hidden", "48",
+		"-layers", "2", "-heads", "4", "-kv-heads", "2", "-ctx", "32", "-batch", "2", "-steps", "6",
+		"-eval", "3", "-save", "3", "-checkpoint", ckpt, "-o", out, "-workers", "1"}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn train: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"vocab  320 pieces", "validation loss", "wrote " + out, "% of the time in attention"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "step 6  train loss") {
+		t.Errorf("progress lacks the validation line:\n%s", stderr.String())
+	}
+	w, tok, err := model.Open(out, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok == nil || tok.Len() != 320 || w.Config.SeqLen != 32 || w.Config.KVHeads != 2 {
+		t.Fatalf("model: tokenizer %v, config %+v", tok != nil, w.Config)
+	}
+	// The model runs in the other commands.
+	stdout.Reset()
+	if code := run(context.Background(), []string{"ppl", "-model", out, "-text", val}, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn ppl on the trained model: exit %d\n%s", code, stderr.String())
+	}
+	// Resuming the finished checkpoint with more steps is the same run:
+	// its settings win, so it has nothing left to do and writes the same
+	// weights.
+	out2 := filepath.Join(dir, "m2.gguf")
+	stdout.Reset()
+	if code := run(context.Background(), []string{"train", "-text", train, "-resume", ckpt, "-o", out2, "-type", "f32", "-steps", "100"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn train -resume: exit %d\n%s", code, stderr.String())
+	}
+	w2, _, err := model.Open(out2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w.Layers[1].W2, w2.Layers[1].W2) {
+		t.Errorf("the resumed run's weights differ from the checkpoint's")
+	}
+}
+
+func TestTrainCommandErrors(t *testing.T) {
+	train, _ := trainText(t)
+	for _, args := range [][]string{
+		{"train"},
+		{"train", "-text", "/nonexistent.txt"},
+		{"train", "-text", train, "-type", "q4"},
+		{"train", "-text", train, "-attn", "hyper", "-vocab", "320", "-dim", "32", "-hidden", "48", "-heads", "4"},
+		{"train", "-text", train, "-vocab", "320", "-dim", "36", "-hidden", "48", "-heads", "4"},
+		{"train", "-text", train, "-resume", train},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code == 0 {
+			t.Errorf("attn %v succeeded", args)
+		}
+	}
+}
