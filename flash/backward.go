@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/parallel"
@@ -82,7 +83,10 @@ const (
 // queries and output gradients packed as the products read them (2
 // copies, 4 when D is not a multiple of 16), one transposed dQ per run of
 // keys and, when the heads are split, dK and dV per subset; plus O(gradTileKeys·(gradTileRows+D)) floats per
-// worker (about 330 KB at D = 64).
+// worker (about 330 KB at D = 64). The packed copies and partials come
+// from a pool that keeps them between calls (until the garbage
+// collector drops them), so that repeated calls of one shape allocate
+// almost nothing.
 //
 // Errors wrap attn.ErrShape or attn.ErrInput as for Forward (a nil lse or
 // a wrong length of dout, dq, dk or dv is an attn.ErrShape error). A
@@ -103,11 +107,12 @@ func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float
 		pat = dense{}
 	}
 	p := newGradPlan(s, q, k, v, out, lse, dout, o, pat, dq, dk, dv, bq, bk)
+	defer gradArenas.Put(p.arena)
 	procs := runtime.GOMAXPROCS(0)
 	tiles := s.B * s.H * p.qTiles
 	if err := parallel.For(ctx, o.WorkerCount(procs, tiles), tiles,
-		func() struct{} { return struct{}{} },
-		func(_ struct{}, it int) error { p.prepare(it); return nil }); err != nil {
+		func() *gradPanel { return newGradPanel(s.D) },
+		func(pn *gradPanel, it int) error { p.prepare(pn, it); return nil }); err != nil {
 		return err
 	}
 	tasks := p.tasks()
@@ -117,8 +122,8 @@ func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float
 		return err
 	}
 	if err := parallel.For(ctx, o.WorkerCount(procs, tiles), tiles,
-		func() struct{} { return struct{}{} },
-		func(_ struct{}, it int) error { p.gatherDQ(it); return nil }); err != nil {
+		func() *gradPanel { return newGradPanel(s.D) },
+		func(pn *gradPanel, it int) error { p.gatherDQ(pn, it); return nil }); err != nil {
 		return err
 	}
 	if p.subs == 1 {
@@ -157,6 +162,25 @@ type gradPlan struct {
 	dvp []float32 // [subs][B·Hkv·M·D]: dV partials
 
 	keys map[int]*gradKeys // the visits of each distinct key length
+
+	arena *[]float32 // the buffers above, back to gradArenas at the end
+}
+
+// gradArenas keeps the buffers of finished Backward calls for the next
+// ones, so that a training loop does not allocate (and the OS zero and
+// map) some tens of MB on every step. A pooled arena is dropped at the
+// second garbage collection that finds it unused.
+var gradArenas sync.Pool // of *[]float32
+
+// getGradArena returns n floats, of unspecified values, from a pooled
+// arena when one is large enough, else newly allocated.
+func getGradArena(n int) *[]float32 {
+	if a, ok := gradArenas.Get().(*[]float32); ok && cap(*a) >= n {
+		*a = (*a)[:n]
+		return a
+	}
+	a := make([]float32, n)
+	return &a
 }
 
 // gradKeys is what the batch rows with one key length share: which query
@@ -198,16 +222,30 @@ func newGradPlan(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options
 	pairs := s.B * s.HKV
 	p.subs = min(max(1, (gradTasks+pairs-1)/pairs), s.Group(), max(1, gradPartialFloats/(2*s.KVLen())))
 	p.segs = min(max(1, (gradTasks+pairs*p.subs-1)/(pairs*p.subs)), p.kTiles, max(1, gradPartialFloats/tsz))
-	p.qsT = make([]float32, tiles*(s.D+1)*bq)
-	p.doT = make([]float32, tiles*(s.D+1)*bq)
+	// The buffers are carved from one arena, which need not be zero:
+	// prepare writes all of qsT, doT, qp, dop and dqT before they are
+	// read, and run every row of dkp and dvp.
+	ntT, npad, nkv := tiles*(s.D+1)*bq, 0, 0
 	if p.dp != s.D {
-		p.qp = make([]float32, tiles*bq*p.dp)
-		p.dop = make([]float32, tiles*bq*p.dp)
+		npad = tiles * bq * p.dp
 	}
-	p.dqT = make([]float32, p.segs*tsz)
 	if p.subs > 1 {
-		p.dkp = make([]float32, p.subs*s.KVLen())
-		p.dvp = make([]float32, p.subs*s.KVLen())
+		nkv = p.subs * s.KVLen()
+	}
+	p.arena = getGradArena(2*ntT + 2*npad + p.segs*tsz + 2*nkv)
+	buf := *p.arena
+	carve := func(n int) []float32 {
+		x := buf[:n:n]
+		buf = buf[n:]
+		return x
+	}
+	p.qsT, p.doT = carve(ntT), carve(ntT)
+	if npad > 0 {
+		p.qp, p.dop = carve(npad), carve(npad)
+	}
+	p.dqT = carve(p.segs * tsz)
+	if nkv > 0 {
+		p.dkp, p.dvp = carve(nkv), carve(nkv)
 	}
 	p.keys = make(map[int]*gradKeys)
 	for b := range s.B {
@@ -305,8 +343,10 @@ func (p *gradPlan) keyVisits(b int) *gradKeys {
 // lse under scale·Qᵀ and D_i under dOᵀ. The key tiles get a last column
 // of -1 (gradBlock.kp, vp), so that the products give S − lse and
 // dP − D directly. Where a lane has no query or its query sees no key,
-// the lse row holds +Inf, which makes every P of the lane exp(-Inf) = 0.
-func (p *gradPlan) prepare(it int) {
+// the lse row holds +Inf, which makes every P of the lane exp(-Inf) = 0,
+// and every other row 0. It also zeroes the tile's dQ partials. It
+// writes every float of the tile's part of the buffers.
+func (p *gradPlan) prepare(pn *gradPanel, it int) {
 	s, d, bq := p.s, p.s.D, p.bq
 	bh, qt := it/p.qTiles, it%p.qTiles
 	i0 := qt * bq
@@ -317,30 +357,90 @@ func (p *gradPlan) prepare(it int) {
 	shift := qsT[d*bq:]
 	delta := doT[d*bq:]
 	inf := float32(math.Inf(1))
+	pn.toLanes(qsT, bq, p.q, row0*d, nr, p.scale)
+	pn.toLanes(doT, bq, p.dout, row0*d, nr, 1)
+	if nr < bq {
+		for c := range d {
+			clear(qsT[c*bq+nr : (c+1)*bq])
+			clear(doT[c*bq+nr : (c+1)*bq])
+		}
+	}
+	if p.qp != nil {
+		qp := p.qp[it*bq*p.dp:][:bq*p.dp]
+		dop := p.dop[it*bq*p.dp:][:bq*p.dp]
+		clear(qp)
+		clear(dop)
+		for r := range nr {
+			copy(qp[r*p.dp:][:d], p.q[(row0+r)*d:][:d])
+			copy(dop[r*p.dp:][:d], p.dout[(row0+r)*d:][:d])
+		}
+	}
 	for r := range nr {
-		qr := p.q[(row0+r)*d:][:d]
-		gr := p.dout[(row0+r)*d:][:d]
-		for c, x := range qr {
-			qsT[c*bq+r] = x * p.scale
-		}
-		for c, x := range gr {
-			doT[c*bq+r] = x
-		}
-		if p.qp != nil {
-			copy(p.qp[(it*bq+r)*p.dp:][:d], qr)
-			copy(p.dop[(it*bq+r)*p.dp:][:d], gr)
-		}
 		l := p.lse[row0+r]
 		if math.IsInf(float64(l), -1) {
 			// The row saw no key: its output is the constant 0.
-			shift[r] = inf
+			shift[r], delta[r] = inf, 0
 			continue
 		}
 		shift[r] = l
-		delta[r] = simd.Dot(gr, p.out[(row0+r)*d:][:d])
+		delta[r] = simd.Dot(p.dout[(row0+r)*d:][:d], p.out[(row0+r)*d:][:d])
 	}
 	for r := nr; r < bq; r++ {
-		shift[r] = inf
+		shift[r], delta[r] = inf, 0
+	}
+	tsz := s.B * s.H * p.qTiles * d * bq
+	for seg := range p.segs {
+		clear(p.dqT[seg*tsz+it*d*bq:][:d*bq])
+	}
+}
+
+// gradPanel is a worker's scratch for moving rows of d values into and
+// out of the transposed tiles (rows along the lanes, bq or bk lanes a
+// row) a simd.Panel of rows at a time, through simd.PanelFromRows and
+// simd.RowsFromPanel.
+type gradPanel struct {
+	d   int
+	off [simd.Panel]int
+	f   [simd.Panel]float32
+	buf []float32 // [d][Panel]
+}
+
+func newGradPanel(d int) *gradPanel {
+	return &gradPanel{d: d, buf: make([]float32, d*simd.Panel)}
+}
+
+// toLanes sets dst[c·ld + x] = src[off0 + x·d + c]·scale for the n rows
+// x < n and the columns c < d: n consecutive rows of src transposed.
+func (pn *gradPanel) toLanes(dst []float32, ld int, src []float32, off0, n int, scale float32) {
+	d := pn.d
+	for x0 := 0; x0 < n; x0 += simd.Panel {
+		w := min(simd.Panel, n-x0)
+		off := pn.off[:w]
+		for x := range off {
+			off[x] = off0 + (x0+x)*d
+		}
+		simd.PanelFromRows(pn.buf, src, off, d, scale)
+		for c := range d {
+			copy(dst[c*ld+x0:][:w], pn.buf[c*simd.Panel:][:w])
+		}
+	}
+}
+
+// fromLanes is the converse of toLanes: dst[off0 + x·d + c] = src[c·ld +
+// x]·scale for x < n and c < d.
+func (pn *gradPanel) fromLanes(dst []float32, off0, n int, src []float32, ld int, scale float32) {
+	d := pn.d
+	for x0 := 0; x0 < n; x0 += simd.Panel {
+		w := min(simd.Panel, n-x0)
+		off, f := pn.off[:w], pn.f[:w]
+		for x := range off {
+			off[x] = off0 + (x0+x)*d
+			f[x] = scale
+		}
+		for c := range d {
+			copy(pn.buf[c*simd.Panel:][:w], src[c*ld+x0:][:w])
+		}
+		simd.RowsFromPanel(dst, off, pn.buf, f, d)
 	}
 }
 
@@ -378,6 +478,7 @@ type gradWork struct {
 	dst  []float32   // [bk][bq]: dPᵀ less D, then dSᵀ
 	line []float32   // [bk]: one query's logits, for the pattern
 	keys []gradBlock // [gradGroup]
+	pn   *gradPanel
 }
 
 // gradBlock is one key tile of a group being computed.
@@ -402,6 +503,7 @@ func newGradWork(d, dp, bq, bk int) *gradWork {
 		dst:  make([]float32, bk*bq),
 		line: make([]float32, bk),
 		keys: make([]gradBlock, gradGroup),
+		pn:   newGradPanel(d),
 	}
 	for i := range w.keys {
 		w.keys[i] = gradBlock{
@@ -441,11 +543,9 @@ func (p *gradPlan) run(ctx context.Context, w *gradWork, t gradTask) error {
 			if len(kk.visits[kt0+x]) == 0 {
 				continue
 			}
+			w.pn.toLanes(kb.kt, bk, p.k, (base+kb.j0)*d, kb.nk, 1)
 			for j := range kb.nk {
 				kr := p.k[(base+kb.j0+j)*d:][:d]
-				for c, v := range kr {
-					kb.kt[c*bk+j] = v
-				}
 				copy(kb.kp[j*(d+1):], kr)
 				copy(kb.vp[j*(d+1):], p.v[(base+kb.j0+j)*d:][:d])
 				kb.kp[j*(d+1)+d] = -1
@@ -517,7 +617,8 @@ func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi 
 		p.mask(w, st, m, nr, s.M-s.N+i0, j0+c0)
 	}
 
-	// Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ ∘ (dPᵀ − D). The lanes [0, first)
+	// Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ ∘ (dPᵀ − D), both by one pass of
+	// simd.ExpMul over the rows. The lanes [0, first)
 	// of a key are the queries that cannot see it under the causal and
 	// padding masks: a prefix, since visible ends never fall with the
 	// position, and one that grows with the key. The keys every lane
@@ -527,9 +628,7 @@ func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi 
 	if nrp == bq {
 		for ; j < m && ends[0] > int32(j0+c0+j); j++ {
 		}
-		x := st[:j*bq]
-		simd.Exp(x, x)
-		gradMul(dst[:j*bq], x)
+		simd.ExpMul(st[:j*bq], dst[:j*bq])
 	}
 	for ; j < m; j++ {
 		key := int32(j0 + c0 + j)
@@ -540,9 +639,7 @@ func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi 
 		dr := dst[j*bq:][:nrp]
 		clear(pr[:first])
 		clear(dr[:first])
-		x := pr[first:]
-		simd.Exp(x, x)
-		gradMul(dr[first:], x)
+		simd.ExpMul(pr[first:], dr[first:])
 	}
 
 	qa, ldq := p.q[((b*s.H+h)*s.N+i0)*d:], d
@@ -554,14 +651,6 @@ func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi 
 	simd.Gemm(m, dp, nr, st, bq, ga, ldg, kb.dv[c0*dp:], dp, true)
 	simd.Gemm(m, dp, nr, dst, bq, qa, ldq, kb.dk[c0*dp:], dp, true)
 	simd.Gemm(d, nrp, m, kb.kt[c0:], bk, dst, bq, dqT[it*d*bq:], bq, true)
-}
-
-// gradMul sets y[i] *= x[i].
-func gradMul(y, x []float32) {
-	x = x[:len(y)]
-	for i, v := range x {
-		y[i] *= v
-	}
 }
 
 // mask sets to -Inf the logits in Sᵀ (m keys from key0, bq lanes a key)
@@ -607,22 +696,17 @@ func (p *gradPlan) gatherKV(n int) {
 	simd.Scale(dk, p.scale)
 }
 
-// gatherDQ writes dQ of query tile it: the partials added in run order,
-// transposed back and scaled.
-func (p *gradPlan) gatherDQ(it int) {
+// gatherDQ writes dQ of query tile it: the partials added in run order
+// (into the first), transposed back and scaled.
+func (p *gradPlan) gatherDQ(pn *gradPanel, it int) {
 	s, d, bq := p.s, p.s.D, p.bq
 	bh, qt := it/p.qTiles, it%p.qTiles
 	i0 := qt * bq
 	nr := min(bq, s.N-i0)
 	tsz := s.B * s.H * p.qTiles * d * bq
-	for r := range nr {
-		dst := p.dq[(bh*s.N+i0+r)*d:][:d]
-		for c := range dst {
-			x := p.dqT[it*d*bq+c*bq+r]
-			for seg := 1; seg < p.segs; seg++ {
-				x += p.dqT[seg*tsz+it*d*bq+c*bq+r]
-			}
-			dst[c] = x * p.scale
-		}
+	acc := p.dqT[it*d*bq:][:d*bq]
+	for seg := 1; seg < p.segs; seg++ {
+		simd.Axpy(1, p.dqT[seg*tsz+it*d*bq:][:d*bq], acc)
 	}
+	pn.fromLanes(p.dq, (bh*s.N+i0)*d, nr, acc, bq, p.scale)
 }

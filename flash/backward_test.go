@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -483,6 +484,56 @@ func TestBackwardDeterministic(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBackwardReusedArena: a call whose buffers come from a pooled arena
+// full of NaN (as one left by a call of another shape may hold anything)
+// gives the bits of a call on a fresh one; every part of the buffers that
+// is read is written first.
+func TestBackwardReusedArena(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, uint64(rand.Int64())))
+	cases := []struct {
+		s      attn.Shape
+		o      attn.Options
+		pat    Pattern
+		bq, bk int
+	}{
+		{attn.Shape{B: 2, H: 4, HKV: 2, N: 150, M: 170, D: 40}, attn.Options{Causal: true, KVLen: []int{170, 101}}, nil, 0, 0},
+		{attn.Shape{B: 1, H: 2, HKV: 1, N: 97, M: 60, D: 24}, attn.Options{}, gradBand{left: 9, right: 3}, 16, 7},
+		{attn.Shape{B: 1, H: 8, HKV: 8, N: 130, M: 130, D: 64}, attn.Options{Causal: true}, nil, 0, 0},
+	}
+	nan := float32(math.NaN())
+	for _, tc := range cases {
+		c := newGradCase(t, rng, tc.s, tc.o, tc.pat, tc.bq, tc.bk)
+		runtime.GC() // twice: empty the pool, so that the first call allocates
+		runtime.GC()
+		c.backward(t)
+		want := [][]float32{c.dq, c.dk, c.dv}
+		// An arena of the size this call takes, filled with NaN.
+		bq, bk := tc.bq, tc.bk
+		if bq == 0 {
+			bq, bk = gradTileRows, gradTileKeys
+		}
+		pat := tc.pat
+		if pat == nil {
+			pat = dense{}
+		}
+		p := newGradPlan(c.s, c.q, c.k, c.v, c.out, c.lse, c.dout, c.o, pat, c.dq, c.dk, c.dv, bq, bk)
+		poison := *p.arena
+		for i := range poison {
+			poison[i] = nan
+		}
+		gradArenas.Put(p.arena)
+		c.backward(t)
+		for x, got := range [][]float32{c.dq, c.dk, c.dv} {
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[x][i]) {
+					t.Fatalf("%s: gradient %d differs at %d after a poisoned arena: %v vs %v", c.name, x, i, got[i], want[x][i])
+				}
+			}
+		}
+		c.check(t)
 	}
 }
 

@@ -8,6 +8,7 @@ type implementation struct {
 	gemm    func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
 	expSum  func(x []float32, shift float32) float32
 	exp     func(dst, x []float32) // len(dst) >= len(x)
+	expMul  func(p, g []float32)   // len(g) >= len(p)
 	max     func(x []float32) float32
 	scale   func(x []float32, c float32)
 	dot     func(x, y []float32) float32    // len(y) >= len(x)
@@ -34,6 +35,7 @@ var genericImpl = implementation{
 	gemm:    gemmGeneric,
 	expSum:  expSumGeneric,
 	exp:     expGeneric,
+	expMul:  expMulGeneric,
 	max:     maxGeneric,
 	scale:   scaleGeneric,
 	dot:     dotGeneric,
@@ -67,6 +69,7 @@ var (
 	gemm    = active.gemm
 	expSum  = active.expSum
 	exp     = active.exp
+	expMul  = active.expMul
 	maxOf   = active.max
 	scale   = active.scale
 	dot     = active.dot

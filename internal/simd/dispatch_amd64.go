@@ -21,6 +21,7 @@ func asmImplementations() []implementation {
 		gemm:    gemmAVX2,
 		expSum:  expSumAVX2,
 		exp:     expAVX2,
+		expMul:  expMulAVX2,
 		max:     maxAVX2,
 		scale:   scaleAVX2,
 		dot:     dotAVX2,

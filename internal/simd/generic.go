@@ -137,6 +137,17 @@ func expGeneric(dst, x []float32) {
 	}
 }
 
+// expMulGeneric is ExpMul by the steps of the assembly: t = p[i]·log2 e
+// in float32, at most 128, then exp2Tile.
+func expMulGeneric(p, g []float32) {
+	g = g[:len(p)]
+	for i, x := range p {
+		e := exp2Tile(min(x*expLog2e, 128))
+		p[i] = e
+		g[i] *= e
+	}
+}
+
 func maxGeneric(x []float32) float32 {
 	m := float32(math.Inf(-1))
 	for _, v := range x {

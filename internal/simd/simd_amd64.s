@@ -13751,3 +13751,184 @@ h1st:
 h1done:
 	VZEROUPPER
 	RET
+
+DATA exp2Max<>+0(SB)/4, $0x43000000
+DATA exp2Max<>+4(SB)/4, $0x43000000
+DATA exp2Max<>+8(SB)/4, $0x43000000
+DATA exp2Max<>+12(SB)/4, $0x43000000
+DATA exp2Max<>+16(SB)/4, $0x43000000
+DATA exp2Max<>+20(SB)/4, $0x43000000
+DATA exp2Max<>+24(SB)/4, $0x43000000
+DATA exp2Max<>+28(SB)/4, $0x43000000
+GLOBL exp2Max<>(SB), RODATA|NOPTR, $32
+
+// func expMulAVX2(p []float32, g []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·expMulAVX2(SB), NOSPLIT, $0-48
+	MOVQ    p_base+0(FP), AX
+	MOVQ    g_base+24(FP), CX
+	MOVQ    p_len+8(FP), DX
+	VMOVUPS exp2Min<>+0(SB), Y0
+
+loop32:
+	CMPQ        DX, $0x20
+	JL          loop8
+	VMOVUPS     (AX), Y1
+	VMOVUPS     32(AX), Y2
+	VMOVUPS     64(AX), Y3
+	VMOVUPS     96(AX), Y4
+	VMOVUPS     expLog2e<>+0(SB), Y5
+	VMULPS      Y5, Y1, Y1
+	VMULPS      Y5, Y2, Y2
+	VMULPS      Y5, Y3, Y3
+	VMULPS      Y5, Y4, Y4
+	VMOVUPS     exp2Max<>+0(SB), Y5
+	VMINPS      Y1, Y5, Y1
+	VMINPS      Y2, Y5, Y2
+	VMINPS      Y3, Y5, Y3
+	VMINPS      Y4, Y5, Y4
+	VMAXPS      Y1, Y0, Y1
+	VMAXPS      Y2, Y0, Y2
+	VMAXPS      Y3, Y0, Y3
+	VMAXPS      Y4, Y0, Y4
+	VMOVUPS     exp2Magic<>+0(SB), Y12
+	VADDPS      Y12, Y1, Y5
+	VADDPS      Y12, Y2, Y6
+	VADDPS      Y12, Y3, Y7
+	VADDPS      Y12, Y4, Y8
+	VSUBPS      Y12, Y5, Y9
+	VSUBPS      Y12, Y6, Y10
+	VSUBPS      Y12, Y7, Y11
+	VSUBPS      Y12, Y8, Y12
+	VSUBPS      Y9, Y1, Y1
+	VSUBPS      Y10, Y2, Y2
+	VSUBPS      Y11, Y3, Y3
+	VSUBPS      Y12, Y4, Y4
+	VMOVUPS     exp2C5<>+0(SB), Y12
+	VMOVAPS     Y12, Y9
+	VMOVAPS     Y12, Y10
+	VMOVAPS     Y12, Y11
+	VMOVAPS     Y12, Y12
+	VMOVUPS     exp2C4<>+0(SB), Y13
+	VFMADD213PS Y13, Y1, Y9
+	VFMADD213PS Y13, Y2, Y10
+	VFMADD213PS Y13, Y3, Y11
+	VFMADD213PS Y13, Y4, Y12
+	VMOVUPS     exp2C3<>+0(SB), Y13
+	VFMADD213PS Y13, Y1, Y9
+	VFMADD213PS Y13, Y2, Y10
+	VFMADD213PS Y13, Y3, Y11
+	VFMADD213PS Y13, Y4, Y12
+	VMOVUPS     exp2C2<>+0(SB), Y13
+	VFMADD213PS Y13, Y1, Y9
+	VFMADD213PS Y13, Y2, Y10
+	VFMADD213PS Y13, Y3, Y11
+	VFMADD213PS Y13, Y4, Y12
+	VMOVUPS     exp2C1<>+0(SB), Y13
+	VFMADD213PS Y13, Y1, Y9
+	VFMADD213PS Y13, Y2, Y10
+	VFMADD213PS Y13, Y3, Y11
+	VFMADD213PS Y13, Y4, Y12
+	VMOVUPS     one<>+0(SB), Y13
+	VFMADD213PS Y13, Y1, Y9
+	VFMADD213PS Y13, Y2, Y10
+	VFMADD213PS Y13, Y3, Y11
+	VFMADD213PS Y13, Y4, Y12
+	VPSLLD      $0x17, Y5, Y5
+	VPSLLD      $0x17, Y6, Y6
+	VPSLLD      $0x17, Y7, Y7
+	VPSLLD      $0x17, Y8, Y8
+	VMULPS      Y5, Y9, Y1
+	VMULPS      Y6, Y10, Y2
+	VMULPS      Y7, Y11, Y3
+	VMULPS      Y8, Y12, Y4
+	VMOVUPS     Y1, (AX)
+	VMULPS      (CX), Y1, Y1
+	VMOVUPS     Y1, (CX)
+	VMOVUPS     Y2, 32(AX)
+	VMULPS      32(CX), Y2, Y2
+	VMOVUPS     Y2, 32(CX)
+	VMOVUPS     Y3, 64(AX)
+	VMULPS      64(CX), Y3, Y3
+	VMOVUPS     Y3, 64(CX)
+	VMOVUPS     Y4, 96(AX)
+	VMULPS      96(CX), Y4, Y4
+	VMOVUPS     Y4, 96(CX)
+	ADDQ        $0x80, AX
+	ADDQ        $0x80, CX
+	SUBQ        $0x20, DX
+	JMP         loop32
+
+loop8:
+	CMPQ        DX, $0x08
+	JL          tail
+	VMOVUPS     (AX), Y1
+	VMOVUPS     expLog2e<>+0(SB), Y2
+	VMULPS      Y2, Y1, Y1
+	VMOVUPS     exp2Max<>+0(SB), Y2
+	VMINPS      Y1, Y2, Y1
+	VMAXPS      Y1, Y0, Y1
+	VMOVUPS     exp2Magic<>+0(SB), Y3
+	VADDPS      Y3, Y1, Y2
+	VSUBPS      Y3, Y2, Y3
+	VSUBPS      Y3, Y1, Y1
+	VMOVUPS     exp2C5<>+0(SB), Y3
+	VMOVAPS     Y3, Y3
+	VMOVUPS     exp2C4<>+0(SB), Y4
+	VFMADD213PS Y4, Y1, Y3
+	VMOVUPS     exp2C3<>+0(SB), Y4
+	VFMADD213PS Y4, Y1, Y3
+	VMOVUPS     exp2C2<>+0(SB), Y4
+	VFMADD213PS Y4, Y1, Y3
+	VMOVUPS     exp2C1<>+0(SB), Y4
+	VFMADD213PS Y4, Y1, Y3
+	VMOVUPS     one<>+0(SB), Y4
+	VFMADD213PS Y4, Y1, Y3
+	VPSLLD      $0x17, Y2, Y2
+	VMULPS      Y2, Y3, Y1
+	VMOVUPS     Y1, (AX)
+	VMULPS      (CX), Y1, Y1
+	VMOVUPS     Y1, (CX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	SUBQ        $0x08, DX
+	JMP         loop8
+
+tail:
+	TESTQ       DX, DX
+	JZ          end
+	LEAQ        tailMask<>+0(SB), BX
+	NEGQ        DX
+	VMOVDQU     32(BX)(DX*4), Y1
+	VMASKMOVPS  (AX), Y1, Y2
+	VMOVUPS     expLog2e<>+0(SB), Y3
+	VMULPS      Y3, Y2, Y2
+	VMOVUPS     exp2Max<>+0(SB), Y3
+	VMINPS      Y2, Y3, Y2
+	VMAXPS      Y2, Y0, Y2
+	VMOVUPS     exp2Magic<>+0(SB), Y3
+	VADDPS      Y3, Y2, Y0
+	VSUBPS      Y3, Y0, Y3
+	VSUBPS      Y3, Y2, Y2
+	VMOVUPS     exp2C5<>+0(SB), Y3
+	VMOVAPS     Y3, Y3
+	VMOVUPS     exp2C4<>+0(SB), Y4
+	VFMADD213PS Y4, Y2, Y3
+	VMOVUPS     exp2C3<>+0(SB), Y4
+	VFMADD213PS Y4, Y2, Y3
+	VMOVUPS     exp2C2<>+0(SB), Y4
+	VFMADD213PS Y4, Y2, Y3
+	VMOVUPS     exp2C1<>+0(SB), Y4
+	VFMADD213PS Y4, Y2, Y3
+	VMOVUPS     one<>+0(SB), Y4
+	VFMADD213PS Y4, Y2, Y3
+	VPSLLD      $0x17, Y0, Y0
+	VMULPS      Y0, Y3, Y2
+	VMASKMOVPS  Y2, Y1, (AX)
+	VMASKMOVPS  (CX), Y1, Y0
+	VMULPS      Y0, Y2, Y2
+	VMASKMOVPS  Y2, Y1, (CX)
+
+end:
+	VZEROUPPER
+	RET

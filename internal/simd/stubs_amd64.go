@@ -106,3 +106,8 @@ func panelFromRowsAVX2(dst []float32, src []float32, off []int, d int, scale flo
 //
 //go:noescape
 func rowsFromPanelAVX2(dst []float32, off []int, src []float32, f []float32, d int)
+
+// expMulAVX2 sets p[i] = exp(p[i]) and g[i] *= p[i] for i < len(p); len(g) >= len(p) (see ExpMul).
+//
+//go:noescape
+func expMulAVX2(p []float32, g []float32)

@@ -46,6 +46,7 @@ func main() {
 	attendPanels()
 	panelFromRows()
 	rowsFromPanel()
+	expMul()
 
 	Generate()
 	checkRegisters(flag.Lookup("out").Value.String())
