@@ -21,7 +21,7 @@ func cmdDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctxLen := fs.Int("ctx", 0, "tokens to run, BOS included (0: the model's context, or 512)")
 	out := fs.String("out", "", "`DIR` for q.npy, k.npy, v.npy and o.npy")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn dump -model FILE -text FILE -layer L -out DIR [flags]")
+		fmt.Fprintln(stderr, "usage: attn dump [-model FILE] -text FILE -layer L -out DIR [flags]")
 		fmt.Fprintln(stderr, "\nWrites the queries and keys (after the rotary embedding) and values of one layer as")
 		fmt.Fprintln(stderr, "float32 .npy, q [1,H,T,D], k and v [1,Hkv,T,D], and the layer's causal attention")
 		fmt.Fprintln(stderr, "output o [1,H,T,D], for `attn accuracy -q -k -v -causal` and `attn run`.")

@@ -20,7 +20,7 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	topk := fs.Int("topk", 40, "sample among the `K` most likely tokens (0: all)")
 	sampleSeed := fs.Uint64("sample-seed", 0, "seed of the sampler (0: -seed)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn generate -model FILE -prompt TEXT [-n 200] [-temp T] [-topk K] [-seed S] [-patch SPEC] [flags]")
+		fmt.Fprintln(stderr, "usage: attn generate [-model FILE] -prompt TEXT [-n 200] [-temp T] [-topk K] [-seed S] [-patch SPEC] [flags]")
 		fmt.Fprintln(stderr, "\nStreams the prompt and its continuation to stdout and reports prefill and decode tokens/s on stderr.")
 		fs.PrintDefaults()
 	}

@@ -44,7 +44,7 @@ func TestGenerateCommand(t *testing.T) {
 		t.Errorf("stderr:\n%s", stats)
 	}
 	for _, args := range [][]string{
-		{"-prompt", "x"},
+		{"-tokenizer", f.gguf, "-prompt", "x"}, // a tokenizer for the embedded model
 		{"-model", f.gguf, "-n", "-1"},
 		{"-model", f.gguf, "-temp", "-1"},
 		{"-model", f.gguf, "-topk", "-2"},

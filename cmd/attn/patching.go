@@ -171,7 +171,7 @@ func cmdPatching(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var sets listFlag
 	fs.Var(&sets, "set", "override or add parameters: `SPEC` NAME:param=value,... (repeatable, or ';'-separated)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn patching -model FILE -text FILE [-ctx N] [-mechs LIST] [-layers LIST] [-out DIR] [flags]")
+		fmt.Fprintln(stderr, "usage: attn patching [-model FILE] -text FILE [-ctx N] [-mechs LIST] [-layers LIST] [-out DIR] [flags]")
 		fmt.Fprint(stderr, `
 Perplexity as the attention of the last ℓ layers is replaced by an
 approximation, for ℓ = 0…L and each mechanism, and the time spent in

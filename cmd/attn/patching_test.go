@@ -161,8 +161,8 @@ func TestPatchingBadFlags(t *testing.T) {
 			t.Errorf("patching %v: no error", extra)
 		}
 	}
-	if _, _, err := modelCmd(t, cmdPatching, "-text", f.text); err == nil {
-		t.Errorf("patching without -model: no error")
+	if _, _, err := modelCmd(t, cmdPatching, "-tokenizer", f.gguf, "-text", f.text); err == nil {
+		t.Errorf("patching with -tokenizer but no -model: no error")
 	}
 }
 

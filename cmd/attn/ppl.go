@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/tokenizer"
 )
 
@@ -26,7 +27,7 @@ type modelFlags struct {
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet, patch bool) {
-	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint")
+	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint (default: the embedded Austen model)")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `FILE` (default: the GGUF's own, or tokenizer.bin beside -model)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the patched mechanisms (layer l gets seed+l)")
 	fs.IntVar(&f.workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
@@ -38,10 +39,17 @@ func (f *modelFlags) register(fs *flag.FlagSet, patch bool) {
 // load reads the model and builds the exact model and, with -patch, the
 // patched one (nil without).
 func (f *modelFlags) load() (exact, patched *model.Model, tok *tokenizer.Tokenizer, err error) {
+	var w *model.Weights
 	if f.model == "" {
-		return nil, nil, nil, fmt.Errorf("-model is required")
+		// The default: the model attn trained on Austen, embedded.
+		if f.tokenizer != "" {
+			return nil, nil, nil, fmt.Errorf("-tokenizer needs -model")
+		}
+		f.model = austen.Name
+		w, tok, err = austen.Load()
+	} else {
+		w, tok, err = model.Open(f.model, f.tokenizer)
 	}
-	w, tok, err := model.Open(f.model, f.tokenizer)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -131,7 +139,7 @@ func cmdPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	limit := fs.Int("tokens", 0, "score only the first `N` tokens of the text (0: all)")
 	out := fs.String("out", "", "write `DIR`/ppl.json")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn ppl -model FILE -text FILE [-ctx N] [-stride S] [-patch SPEC] [flags]")
+		fmt.Fprintln(stderr, "usage: attn ppl [-model FILE] -text FILE [-ctx N] [-stride S] [-patch SPEC] [flags]")
 		fmt.Fprintln(stderr, "\nPerplexity and bits per character over sliding windows; with -patch, also the patched")
 		fmt.Fprintln(stderr, "model's and its mean KL divergence from the exact model, and each patched layer's error.")
 		fs.PrintDefaults()

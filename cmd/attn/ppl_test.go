@@ -149,7 +149,7 @@ func TestPPLCommand(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"-text", f.text},
+		{"-tokenizer", f.gguf, "-text", f.text}, // a tokenizer for the embedded model
 		{"-model", f.gguf},
 		{"-model", f.gguf, "-text", f.text, "-patch", "nosuch"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "exact:layers=5"},
@@ -162,5 +162,17 @@ func TestPPLCommand(t *testing.T) {
 		if _, _, err := modelCmd(t, cmdPPL, args...); err == nil {
 			t.Errorf("ppl %v: no error", args)
 		}
+	}
+}
+
+// TestPPLDefaultModel runs ppl without -model: the embedded model.
+func TestPPLDefaultModel(t *testing.T) {
+	f := newModelFixture(t)
+	out, _, err := modelCmd(t, cmdPPL, "-text", f.text, "-tokens", "40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "austen (embedded)") || !strings.Contains(out, "context 2048") {
+		t.Errorf("ppl without -model does not describe the embedded model:\n%s", out)
 	}
 }

@@ -1,0 +1,50 @@
+package austen_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/austen"
+)
+
+// excerpt is the opening of Persuasion, which the model never saw in
+// training.
+const excerpt = `Sir Walter Elliot, of Kellynch Hall, in Somersetshire, was a man who,
+for his own amusement, never took up any book but the Baronetage; there
+he found occupation for an idle hour, and consolation in a distressed
+one; there his faculties were roused into admiration and respect, by
+contemplating the limited remnant of the earliest patents; there any
+unwelcome sensations, arising from domestic affairs changed naturally
+into pity and contempt as he turned over the almost endless creations
+of the last century; and there, if every other leaf were powerless, he
+could read his own history with an interest which never failed.`
+
+// recordedPPL is the embedded model's perplexity on excerpt, as this code
+// computed it when the model was committed: a change in the file, the
+// loader, the tokenizer or the forward pass shows here.
+const recordedPPL = 96.687394
+
+func TestEmbeddedModel(t *testing.T) {
+	w, tok, err := austen.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := w.Config.WithDefaults()
+	if c.SeqLen < 2048 || c.KVHeads >= c.Heads || tok == nil || tok.Len() != c.Vocab {
+		t.Fatalf("config %+v, tokenizer of %d pieces: want context >= 2048, GQA and the tokenizer", c, tok.Len())
+	}
+	m, err := model.New(w, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(excerpt, true)
+	r, err := model.Perplexity(context.Background(), m, ids, model.PerplexityOptions{Context: c.SeqLen, Stride: c.SeqLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.PPL(); math.Abs(got-recordedPPL) > 1e-4*recordedPPL {
+		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recordedPPL)
+	}
+}
