@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -58,13 +59,34 @@ func TestForwardErrors(t *testing.T) {
 			t.Errorf("%s: Pattern of a zero shape: %v", mc.name, err)
 		}
 	}
-	// A global position at or past M.
-	lf, err := NewLongformer(LongformerConfig{Globals: []int{10}})
+	// A global position at or past M plays no part: the result is that
+	// of the globals below M.
+	lf, err := NewLongformer(LongformerConfig{Globals: []int{3, 10, 40}, Left: 2, Right: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lf.Forward(ctx, s, q, k, v, attn.Options{}, out, lse); !errors.Is(err, attn.ErrInput) {
-		t.Errorf("longformer global 10 with M = 10: %v", err)
+	lf3, err := NewLongformer(LongformerConfig{Globals: []int{3}, Left: 2, Right: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, x := range [][]float32{q, k, v} {
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+	}
+	for _, causal := range []bool{false, true} {
+		o := attn.Options{Causal: causal}
+		out3, lse3 := make([]float32, len(out)), make([]float32, len(lse))
+		if err := lf.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+			t.Fatalf("longformer globals 3, 10, 40 with M = 10: %v", err)
+		}
+		if err := lf3.Forward(ctx, s, q, k, v, o, out3, lse3); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(out, out3) || !slices.Equal(lse, lse3) {
+			t.Errorf("causal %v: globals 10 and 40 past M = 10 changed the result", causal)
+		}
 	}
 	// Cancelled contexts stop the work.
 	cctx, cancel := context.WithCancel(ctx)

@@ -2,7 +2,6 @@ package sparse
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 
@@ -73,8 +72,10 @@ type LongformerConfig struct {
 	Left, Right int
 	// Globals are the absolute positions of the global tokens; a nil
 	// slice means {0} (a leading classification token), an empty
-	// non-nil one no global token. Order and repeats do not matter. Each
-	// must be below the key length M of every call.
+	// non-nil one no global token. Order and repeats do not matter.
+	// Positions at or past a call's key length M are not part of that
+	// call's sequence and play no part in it, so that a model patched
+	// with globals can start decoding from a shorter prefix.
 	Globals []int
 	// Tiles sets the exact kernel's tile sizes; the zero value is flash's
 	// default.
@@ -115,9 +116,8 @@ func NewLongformer(cfg LongformerConfig) (*Attention, error) {
 type longformerLayout struct{ lf *Longformer }
 
 func (l longformerLayout) pattern(s attn.Shape, causal bool) (flash.Pattern, error) {
-	if n := len(l.lf.globals); n > 0 && l.lf.globals[n-1] >= s.M {
-		return nil, fmt.Errorf("%w: sparse: longformer global position %d is outside [0, M = %d)", attn.ErrInput, l.lf.globals[n-1], s.M)
-	}
+	// Globals at or past M name no key or query of this call: Visible
+	// and KeyRanges only ever meet positions below M.
 	return l.lf, nil
 }
 
@@ -138,7 +138,7 @@ func (l longformerLayout) plan(s attn.Shape, causal bool) (merged, rows []part, 
 	var gr rowsPart
 	gr.causal = causal
 	for _, g := range lf.globals {
-		if g >= shift {
+		if g >= shift && g < s.M {
 			gr.rows = append(gr.rows, g-shift)
 			gr.pos = append(gr.pos, g)
 		}
