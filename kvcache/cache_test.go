@@ -255,3 +255,34 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAttendShapes checks the decode step on the shapes of its kernels'
+// edge cases: 16-bit rows whose D is not a multiple of 16 (72: the
+// products end on an 8-column block) or of 8 (33, 20), groups of 1 to 32
+// query heads, and more rows than a decode block, not a multiple of it.
+func TestAttendShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, uint64(rand.Int64())))
+	for _, dt := range []DType{F32, BF16, F16} {
+		for _, sh := range []struct{ h, hkv, d, n int }{
+			{8, 8, 72, 200}, {8, 2, 128, 333}, {32, 1, 72, 150}, {6, 2, 33, 130}, {5, 1, 20, 70},
+		} {
+			sq := newSeq(rng, 1, sh.h, sh.hkv, sh.n, sh.d)
+			c, _ := New(Config{B: 1, HKV: sh.hkv, D: sh.d, DType: dt})
+			if err := c.Append(sq.k, sq.v, sh.n); err != nil {
+				t.Fatal(err)
+			}
+			out := make([]float32, sh.h*sh.d)
+			lse := make([]float32, sh.h)
+			if err := c.Attend(context.Background(), sh.h, sq.slice(sq.q, sh.h, sh.n-1, sh.n), attn.Options{Workers: 3}, out, lse); err != nil {
+				t.Fatal(err)
+			}
+			wantOut, wantLSE := sq.want(sh.n-1, sh.n, 0, 0)
+			if e := ref.RelErr(out, wantOut); e > tolFor(dt) {
+				t.Errorf("%v %+v: out rel err %.3g", dt, sh, e)
+			}
+			if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tolFor(dt) {
+				t.Errorf("%v %+v: lse rel err %.3g %v", dt, sh, e, err)
+			}
+		}
+	}
+}

@@ -444,3 +444,43 @@ func BenchmarkOnlineSoftmax(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGemm16 runs the product O += P·V of a decode step (rows query
+// rows, 64 keys, d values) with bfloat16 values, two ways: "widen",
+// WidenBF16 into a float32 block then Gemm (what the decode step did),
+// and "fused", GemmBF16. It reports GB/s of 16-bit values read (64·d·2
+// bytes a call), from L1.
+func BenchmarkGemm16(b *testing.B) {
+	const n = 64
+	r := rand.New(rand.NewPCG(19, 20))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, rows := range []int{1, 4, 8, 32} {
+			for _, d := range []int{64, 128} {
+				p := randSlice(r, rows*n, 0, 1)
+				v := make([]uint16, n*d)
+				for i, x := range randSlice(r, n*d, -1, 1) {
+					v[i] = half.F32ToBF16(x)
+				}
+				vw := make([]float32, n*d)
+				acc := make([]float32, rows*d)
+				for _, way := range []string{"widen", "fused"} {
+					b.Run(fmt.Sprintf("%s/rows%dd%d", way, rows, d), func(b *testing.B) {
+						call := func() { impl.gemmBF16(rows, d, n, p, n, v, d, acc, d, true, nil) }
+						if way == "widen" {
+							call = func() {
+								impl.widenBF16(vw, v)
+								impl.gemm(rows, d, n, p, n, vw, d, acc, d, true)
+							}
+						}
+						for b.Loop() {
+							call()
+						}
+						bytes := float64(2 * n * d)
+						b.ReportMetric(bytes/(b.Elapsed().Seconds()/float64(b.N))/1e9, "kGB/s")
+						b.ReportMetric(bytes/bestSeconds(call)/1e9, "best-kGB/s")
+					})
+				}
+			}
+		}
+	})
+}

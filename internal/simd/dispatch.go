@@ -23,6 +23,15 @@ type implementation struct {
 	dotRowsBF16 func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int)
 	dotRowsF16  func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int)
 
+	gemmBF16 func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+	gemmF16  func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+	gemmPF func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32)
+
+	dotRowsPF     func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int, pf []float32)
+	dotRowsBF16PF func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
+	dotRowsF16PF  func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
+
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
 	onlineSoftmax func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)
 	attendPanels  func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)
@@ -49,6 +58,15 @@ var genericImpl = implementation{
 
 	dotRowsBF16: dotRowsBF16Generic,
 	dotRowsF16:  dotRowsF16Generic,
+
+	gemmBF16: gemmBF16Generic,
+	gemmF16:  gemmF16Generic,
+
+	gemmPF: gemmPFGeneric,
+
+	dotRowsPF:     dotRowsPFGeneric,
+	dotRowsBF16PF: dotRowsBF16PFGeneric,
+	dotRowsF16PF:  dotRowsF16PFGeneric,
 
 	gemmPanels:    gemmPanelsGeneric,
 	onlineSoftmax: onlineSoftmaxGeneric,
@@ -83,6 +101,15 @@ var (
 
 	dotRowsBF16 = active.dotRowsBF16
 	dotRowsF16  = active.dotRowsF16
+
+	gemmBF16 = active.gemmBF16
+	gemmF16  = active.gemmF16
+
+	gemmPF = active.gemmPF
+
+	dotRowsPF     = active.dotRowsPF
+	dotRowsBF16PF = active.dotRowsBF16PF
+	dotRowsF16PF  = active.dotRowsF16PF
 
 	gemmPanels    = active.gemmPanels
 	onlineSoftmax = active.onlineSoftmax

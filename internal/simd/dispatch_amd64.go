@@ -5,16 +5,16 @@ package simd
 import "golang.org/x/sys/cpu"
 
 // asmImplementations returns the assembly kernels of simd_amd64.s when
-// the CPU and the OS support AVX2 and FMA. WidenF16 and DotRowsF16 also
-// need F16C, which every CPU with AVX2 has (Intel since Ivy Bridge, AMD
+// the CPU and the OS support AVX2 and FMA. WidenF16, DotRowsF16 and GemmF16
+// also need F16C, which every CPU with AVX2 has (Intel since Ivy Bridge, AMD
 // since Piledriver); should one lack it, the Go versions stand in.
 func asmImplementations() []implementation {
 	if !cpu.X86.HasAVX || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
 		return nil
 	}
-	f16, dotF16 := widenF16Generic, dotRowsF16Generic
+	f16, dotF16, gemmF16, dotF16PF := widenF16Generic, dotRowsF16Generic, gemmF16Generic, dotRowsF16PFGeneric
 	if cpu.X86.HasF16C {
-		f16, dotF16 = widenF16AVX2, dotRowsF16AVX2
+		f16, dotF16, gemmF16, dotF16PF = widenF16AVX2, dotRowsF16AVX2, gemmF16AVX2, dotRowsF16PFAVX2
 	}
 	return []implementation{{
 		name:    "avx2",
@@ -35,6 +35,15 @@ func asmImplementations() []implementation {
 
 		dotRowsBF16: dotRowsBF16AVX2,
 		dotRowsF16:  dotF16,
+
+		gemmBF16: gemmBF16AVX2,
+		gemmF16:  gemmF16,
+
+		gemmPF: gemmPFAVX2,
+
+		dotRowsPF:     dotRowsPFAVX2,
+		dotRowsBF16PF: dotRowsBF16PFAVX2,
+		dotRowsF16PF:  dotF16PF,
 
 		gemmPanels:    gemmPanelsAVX2,
 		onlineSoftmax: onlineSoftmaxAVX2,

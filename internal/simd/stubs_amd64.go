@@ -111,3 +111,38 @@ func rowsFromPanelAVX2(dst []float32, off []int, src []float32, f []float32, d i
 //
 //go:noescape
 func expMulAVX2(p []float32, g []float32)
+
+// gemmBF16AVX2 computes C = A·B or C += A·B with B in bfloat16, widened in registers
+// (see GemmBF16). n must be a multiple of 8; the slices must be long enough
+// (the Go caller checks).
+//
+//go:noescape
+func gemmBF16AVX2(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+// gemmF16AVX2 computes C = A·B or C += A·B with B in binary16, widened in registers
+// with F16C (see GemmF16). n must be a multiple of 8; the slices must be long
+// enough (the Go caller checks).
+//
+//go:noescape
+func gemmF16AVX2(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+// gemmPFAVX2 computes C = A·B or C += A·B (see GemmPF). n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmPFAVX2(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32)
+
+// dotRowsPFAVX2 is dotRowsAVX2 prefetching pf a line at a time (see DotRowsPF).
+//
+//go:noescape
+func dotRowsPFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int, pf []float32)
+
+// dotRowsBF16PFAVX2 is dotRowsBF16AVX2 prefetching pf a line at a time (see DotRowsBF16PF).
+//
+//go:noescape
+func dotRowsBF16PFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// dotRowsF16PFAVX2 is dotRowsF16AVX2 prefetching pf a line at a time (see DotRowsF16PF).
+//
+//go:noescape
+func dotRowsF16PFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)

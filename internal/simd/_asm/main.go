@@ -47,6 +47,8 @@ func main() {
 	panelFromRows()
 	rowsFromPanel()
 	expMul()
+	gemm16()
+	dotRowsPF()
 
 	Generate()
 	checkRegisters(flag.Lookup("out").Value.String())

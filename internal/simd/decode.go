@@ -1,0 +1,138 @@
+package simd
+
+// The kernels of the KV-cache decode step that read the cache in place
+// and prefetch its next block: the product O += P·V with 16-bit values
+// widened in registers (GemmBF16, GemmF16) or float32 ones (GemmPF), and
+// the scores with a prefetch hint (DotRowsPF, DotRowsBF16PF,
+// DotRowsF16PF). See the package documentation.
+
+// GemmBF16 is Gemm with B in bfloat16 (see WidenBF16), widened to float32
+// in registers as it is read: C = A·B (accumulate false) or C += A·B for
+// an m×k float32 matrix A (row stride lda), a k×n bfloat16 matrix B (row
+// stride ldb) and an m×n float32 matrix C (row stride ldc). It is the
+// product O += P·V of a decode step on the values of a 16-bit cache, read
+// once at half the bytes of float32 with no widened copy. The results are
+// those of Gemm on the widened B, up to the order of additions.
+//
+// pf is a hint, which may be empty: memory (in practice the values of the
+// next block of the cache) that the assembly prefetches a line at a time
+// as it computes. It changes no result.
+//
+// n must be a multiple of 8 (not of Panel: the last 8 columns take a
+// narrower block); m and k may be anything, including 0. GemmBF16 panics
+// as Gemm does, but on an n that is not a multiple of 8.
+func GemmBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16) {
+	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	gemmBF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+}
+
+// GemmF16 is GemmBF16 with B in IEEE 754 binary16 (see WidenF16).
+func GemmF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16) {
+	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	gemmF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+}
+
+// GemmPF is GemmBF16 with B in float32: Gemm with n a multiple of 8 and
+// a prefetch hint.
+func GemmPF(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32) {
+	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	gemmPF(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+}
+
+// checkGemm8 is checkGemm with n a multiple of 8 instead of Panel.
+func checkGemm8(m, n, k, la, lda, lb, ldb, lc, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic("simd: GemmBF16, GemmF16 or GemmPF with a negative size")
+	}
+	if n%8 != 0 {
+		panic("simd: GemmBF16, GemmF16 or GemmPF with n not a multiple of 8")
+	}
+	if m > 0 && n > 0 && (ldc < n || lc < (m-1)*ldc+n) {
+		panic("simd: GemmBF16, GemmF16 or GemmPF with C too short or ldc < n")
+	}
+	if m > 0 && n > 0 && k > 0 && (lda < k || la < (m-1)*lda+k) {
+		panic("simd: GemmBF16, GemmF16 or GemmPF with A too short or lda < k")
+	}
+	if m > 0 && n > 0 && k > 0 && (ldb < n || lb < (k-1)*ldb+n) {
+		panic("simd: GemmBF16, GemmF16 or GemmPF with B too short or ldb < n")
+	}
+}
+
+// DotRowsPF is DotRows with a prefetch hint pf, which may be empty:
+// memory (in practice the keys of the next block of the cache) that the
+// assembly prefetches a line at a time as it computes. It changes no
+// result.
+func DotRowsPF(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int, pf []float32) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsPF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+}
+
+// DotRowsBF16PF is DotRowsBF16 with the prefetch hint of DotRowsPF.
+func DotRowsBF16PF(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsBF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+}
+
+// DotRowsF16PF is DotRowsF16 with the prefetch hint of DotRowsPF.
+func DotRowsF16PF(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+}
+
+// The Go versions: a prefetch hint means nothing to them.
+
+// gemmBF16Generic is GemmBF16 in Go: see gemm16Generic.
+func gemmBF16Generic(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, _ []uint16) {
+	gemm16Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, false)
+}
+
+// gemmF16Generic is GemmF16 in Go: see gemm16Generic.
+func gemmF16Generic(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, _ []uint16) {
+	gemm16Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, true)
+}
+
+// gemm16Generic widens each row of B (binary16 if f16, else bfloat16) by
+// chunks of widenChunk values into an array on the stack, once, and adds
+// it times A[i][p] to each row i of C with axpyGeneric. The widenings are
+// called directly, not through a func value, so that buf stays on the
+// stack.
+func gemm16Generic(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate, f16 bool) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if !accumulate {
+		for i := range m {
+			clear(c[i*ldc:][:n])
+		}
+	}
+	var buf [widenChunk]float32
+	for j0 := 0; j0 < n; j0 += widenChunk {
+		w := buf[:min(widenChunk, n-j0)]
+		for p := range k {
+			if f16 {
+				widenF16Generic(w, b[p*ldb+j0:][:len(w)])
+			} else {
+				widenBF16Generic(w, b[p*ldb+j0:][:len(w)])
+			}
+			for i := range m {
+				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
+			}
+		}
+	}
+}
+
+func gemmPFGeneric(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, _ []float32) {
+	gemmGeneric(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+}
+
+func dotRowsPFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int, _ []float32) {
+	dotRowsGeneric(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+func dotRowsBF16PFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, _ []uint16) {
+	dotRowsBF16Generic(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+func dotRowsF16PFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, _ []uint16) {
+	dotRowsF16Generic(s, lds, q, ldq, rows, k, ldk, n, d)
+}
