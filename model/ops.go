@@ -180,17 +180,9 @@ func linearT(ctx context.Context, sc *scratch, workers int, dst, x, w []float32,
 }
 
 // productWX sets c [out][ld] = W·x for W [out][in] and x [in][ld], ld a
-// multiple of simd.Panel, in tiles spread over the workers.
+// multiple of simd.Panel, in tiles spread over the workers (see gemm).
 func productWX(ctx context.Context, workers int, c, w, x []float32, ld, out, in int) error {
-	rowTiles, colTiles := (out+tileRows-1)/tileRows, (ld+tileCols-1)/tileCols
-	return parallel(ctx, workers, rowTiles*colTiles, func(it int) {
-		r0, c0 := it/colTiles*tileRows, it%colTiles*tileCols
-		m, nc := min(tileRows, out-r0), min(tileCols, ld-c0)
-		for k0 := 0; k0 < in; k0 += tileK {
-			kc := min(tileK, in-k0)
-			simd.Gemm(m, nc, kc, w[r0*in+k0:], in, x[k0*ld+c0:], ld, c[r0*ld+c0:], ld, k0 > 0)
-		}
-	})
+	return gemm(ctx, workers, out, ld, in, w, in, x, ld, c, ld, false)
 }
 
 // rmsNormT is rmsNorm over the columns of x [len(g)][ld].
