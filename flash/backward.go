@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/attnkit/attn"
@@ -25,8 +26,11 @@ const (
 	// gradTasks is the number of tasks Backward aims for: when there are
 	// fewer (batch row, kv head) pairs, each pair's query heads are split
 	// and then its key tiles cut into runs, so that two cores shared with
-	// other work stay balanced.
-	gradTasks = 16
+	// other work stay balanced. 32 rather than 16: with runs of
+	// decreasing work, the last tasks handed out are then small enough
+	// that the workers finish within about a millisecond of each other
+	// at B = 1, H = 8, N = M = 2048.
+	gradTasks = 32
 	// gradPartialFloats bounds the memory of the partials: no more head
 	// subsets than fit their dK and dV, and no more runs than fit their
 	// dQ, in 2^26 floats (256 MiB).
@@ -55,7 +59,10 @@ const (
 // GQA group; K and V are never expanded. Keys a query cannot see under
 // the causal, padding and pattern masks get probability 0 and add
 // nothing: a row that sees no key (lse −Inf) gets dq 0, a key no row sees
-// gets dk and dv 0, and a padded key is never read.
+// gets dk and dv 0, and a padded key is never read. On the tiles that the
+// causal and padding masks cut (the diagonal of a causal mask), the
+// products skip the blocks of 16 keys × 16 queries that are wholly
+// masked, as the forward pass does.
 //
 // # Work split and determinism
 //
@@ -64,13 +71,16 @@ const (
 // keys' dK and dV in tiles while it walks every query tile of its heads
 // that sees them (four key tiles at a time, so that each query tile is
 // read once for the four); its contributions to dQ go to a dQ partial of
-// its run. With at least 16 (batch row, kv head) pairs each pair is one
+// its run. With at least 32 (batch row, kv head) pairs each pair is one
 // unit. With fewer, the group's query heads are first split into up to
-// ⌈16/pairs⌉ subsets, each with dK and dV partials (the size of K and
-// V), and if that is not enough the key tiles are cut into runs of about
-// equal work, each with a dQ partial (the size of Q); the partials, at
-// most 2^26 floats of each kind, are added in a fixed order at the end.
-// Units are handed to goroutines largest first. The split and every order
+// ⌈32/pairs⌉ subsets, each with dK and dV partials (the size of K and
+// V), and if that is not enough the key tiles are cut into runs of
+// decreasing work (r runs weigh r, r−1, …, 1 parts), each with a dQ
+// partial (the size of Q, of which a run writes only the query tiles it
+// visits); the partials, at most 2^26 floats of each kind, are added in a
+// fixed order at the end. Units are handed to goroutines largest first,
+// so that the last ones are small and the goroutines finish together
+// even on cores shared with other work. The split and every order
 // of summation depend only on the shape, the options and the pattern,
 // not on the worker count or the scheduling: a call gives the same bits
 // with any Options.Workers and on any machine with the same kernels.
@@ -83,10 +93,10 @@ const (
 // queries and output gradients packed as the products read them (2
 // copies, 4 when D is not a multiple of 16), one transposed dQ per run of
 // keys and, when the heads are split, dK and dV per subset; plus O(gradTileKeys·(gradTileRows+D)) floats per
-// worker (about 330 KB at D = 64). The packed copies and partials come
-// from a pool that keeps them between calls (until the garbage
-// collector drops them), so that repeated calls of one shape allocate
-// almost nothing.
+// worker (about 330 KB at D = 64). The packed copies, the partials and
+// the workers' scratch come from pools that keep them between calls
+// (until the garbage collector drops them), so that repeated calls of
+// one shape allocate almost nothing.
 //
 // Errors wrap attn.ErrShape or attn.ErrInput as for Forward (a nil lse or
 // a wrong length of dout, dq, dk or dv is an attn.ErrShape error). A
@@ -116,8 +126,21 @@ func backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float
 		return err
 	}
 	tasks := p.tasks()
+	var mu sync.Mutex
+	var works []*gradWork
+	defer func() {
+		for _, w := range works {
+			gradWorks.Put(w)
+		}
+	}()
 	if err := parallel.For(ctx, o.WorkerCount(procs, len(tasks)), len(tasks),
-		func() *gradWork { return newGradWork(s.D, p.dp, bq, bk) },
+		func() *gradWork {
+			w := getGradWork(s.D, p.dp, bq, bk)
+			mu.Lock()
+			works = append(works, w)
+			mu.Unlock()
+			return w
+		},
 		func(w *gradWork, n int) error { return p.run(ctx, w, tasks[n]) }); err != nil {
 		return err
 	}
@@ -156,7 +179,9 @@ type gradPlan struct {
 	doT []float32 // [it][D+1][bq]: dO transposed, then the row D_i = dO_i·O_i
 	qp  []float32 // [it][bq][dp]: Q padded; nil when D = dp (q serves)
 	dop []float32 // [it][bq][dp]: dO padded; nil when D = dp (dout serves)
-	dqT []float32 // [segs][it][D][bq]: unscaled dQ partials, transposed
+	// [segs][it][D][bq]: unscaled dQ partials, transposed; a run's hold
+	// values only in the query tiles it visits.
+	dqT []float32
 	// With subs > 1, per subset of the query heads:
 	dkp []float32 // [subs][B·Hkv·M·D]: unscaled dK partials
 	dvp []float32 // [subs][B·Hkv·M·D]: dV partials
@@ -191,6 +216,7 @@ type gradKeys struct {
 	weight []int         // [kTiles]: (query, key) pairs visited per head
 	runs   [][2]int      // [segs]: key tiles [lo, hi) of each run
 	runW   []int         // [segs]: weight of each run
+	runQT  [][]bool      // [segs][qTiles]: the query tiles each run visits
 }
 
 // gradVisit is the part [c0, c1) of a key tile that query tile qt reads.
@@ -223,8 +249,10 @@ func newGradPlan(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options
 	p.subs = min(max(1, (gradTasks+pairs-1)/pairs), s.Group(), max(1, gradPartialFloats/(2*s.KVLen())))
 	p.segs = min(max(1, (gradTasks+pairs*p.subs-1)/(pairs*p.subs)), p.kTiles, max(1, gradPartialFloats/tsz))
 	// The buffers are carved from one arena, which need not be zero:
-	// prepare writes all of qsT, doT, qp, dop and dqT before they are
-	// read, and run every row of dkp and dvp.
+	// prepare writes all of qsT, doT, qp and dop before they are read,
+	// run every row of dkp and dvp, and the first visit of a query tile
+	// in a run its dQ partial, which gatherDQ reads only for the query
+	// tiles the run visits.
 	ntT, npad, nkv := tiles*(s.D+1)*bq, 0, 0
 	if p.dp != s.D {
 		npad = tiles * bq * p.dp
@@ -260,7 +288,7 @@ func newGradPlan(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options
 // keyVisits lists, for the key length of batch row b, the query tiles
 // that visit each key tile, from the pattern's ranges clipped to the keys
 // the causal and padding masks leave; and cuts the key tiles into runs of
-// about equal work.
+// decreasing work.
 func (p *gradPlan) keyVisits(b int) *gradKeys {
 	s := p.s
 	kk := &gradKeys{
@@ -309,8 +337,9 @@ func (p *gradPlan) keyVisits(b int) *gradKeys {
 		flush()
 	}
 
-	// Cut the key tiles into segs runs of about equal weight, each at
-	// least one tile.
+	// Cut the key tiles into segs runs of decreasing weight (see
+	// gradRunCum), each at least one tile, and note the query tiles each
+	// visits.
 	total := 0
 	for _, w := range kk.weight {
 		total += w
@@ -320,7 +349,7 @@ func (p *gradPlan) keyVisits(b int) *gradKeys {
 		hi := lo + 1
 		acc += kk.weight[lo]
 		left := p.segs - 1 - r // runs still to come, each needing a tile
-		for hi < p.kTiles-left && (r == p.segs-1 || acc+kk.weight[hi] <= (r+1)*total/p.segs) {
+		for hi < p.kTiles-left && (r == p.segs-1 || acc+kk.weight[hi] <= total*gradRunCum(r, p.segs)/gradRunCum(p.segs-1, p.segs)) {
 			acc += kk.weight[hi]
 			hi++
 		}
@@ -331,12 +360,24 @@ func (p *gradPlan) keyVisits(b int) *gradKeys {
 		for _, x := range kk.weight[lo:hi] {
 			w += x
 		}
+		qts := make([]bool, p.qTiles)
+		for _, vis := range kk.visits[lo:hi] {
+			for _, vi := range vis {
+				qts[vi.qt] = true
+			}
+		}
 		kk.runs = append(kk.runs, [2]int{lo, hi})
 		kk.runW = append(kk.runW, w)
+		kk.runQT = append(kk.runQT, qts)
 		lo = hi
 	}
 	return kk
 }
+
+// gradRunCum is the weight of the runs 0..r of segs, in parts: run i
+// weighs segs − i parts, so that the units handed out last (the last runs
+// of every pair) are the lightest.
+func gradRunCum(r, segs int) int { return (r+1)*segs - r*(r+1)/2 }
 
 // prepare packs query tile it: scale·Q and dO transposed (and padded
 // copies when D is not a multiple of simd.Panel), each with one more row:
@@ -344,8 +385,8 @@ func (p *gradPlan) keyVisits(b int) *gradKeys {
 // of -1 (gradBlock.kp, vp), so that the products give S − lse and
 // dP − D directly. Where a lane has no query or its query sees no key,
 // the lse row holds +Inf, which makes every P of the lane exp(-Inf) = 0,
-// and every other row 0. It also zeroes the tile's dQ partials. It
-// writes every float of the tile's part of the buffers.
+// and every other row 0. It writes every float of the tile's part of
+// qsT, doT, qp and dop.
 func (p *gradPlan) prepare(pn *gradPanel, it int) {
 	s, d, bq := p.s, p.s.D, p.bq
 	bh, qt := it/p.qTiles, it%p.qTiles
@@ -387,10 +428,6 @@ func (p *gradPlan) prepare(pn *gradPanel, it int) {
 	}
 	for r := nr; r < bq; r++ {
 		shift[r], delta[r] = inf, 0
-	}
-	tsz := s.B * s.H * p.qTiles * d * bq
-	for seg := range p.segs {
-		clear(p.dqT[seg*tsz+it*d*bq:][:d*bq])
 	}
 }
 
@@ -473,12 +510,18 @@ func (p *gradPlan) tasks() []gradTask {
 }
 
 // gradWork is one worker's scratch: O(gradGroup·bk·(bq + D)) floats.
+// Every float of it is written before it is read.
 type gradWork struct {
-	st   []float32   // [bk][bq]: logits less lse, then probabilities Pᵀ
-	dst  []float32   // [bk][bq]: dPᵀ less D, then dSᵀ
-	line []float32   // [bk]: one query's logits, for the pattern
-	keys []gradBlock // [gradGroup]
-	pn   *gradPanel
+	d, dp, bq, bk int       // the sizes it was made for
+	st            []float32 // [bk][bq]: logits less lse, then probabilities Pᵀ
+	dst           []float32 // [bk][bq]: dPᵀ less D, then dSᵀ
+	line          []float32 // [bk]: one query's logits, for the pattern
+	// dqSet says, per (head of the task, query tile), whether the task
+	// has written its dQ partial yet: the first visit sets it, the
+	// next ones add to it.
+	dqSet []bool
+	keys  []gradBlock // [gradGroup]
+	pn    *gradPanel
 }
 
 // gradBlock is one key tile of a group being computed.
@@ -497,8 +540,21 @@ type gradBlock struct {
 // from cache) rather than once per key tile.
 const gradGroup = 4
 
+// gradWorks keeps the scratch of finished Backward calls for the next
+// ones, as gradArenas does the buffers.
+var gradWorks sync.Pool // of *gradWork
+
+// getGradWork returns a pooled scratch of these sizes, or a new one.
+func getGradWork(d, dp, bq, bk int) *gradWork {
+	if w, ok := gradWorks.Get().(*gradWork); ok && w.d == d && w.dp == dp && w.bq == bq && w.bk == bk {
+		return w
+	}
+	return newGradWork(d, dp, bq, bk)
+}
+
 func newGradWork(d, dp, bq, bk int) *gradWork {
 	w := &gradWork{
+		d: d, dp: dp, bq: bq, bk: bk,
 		st:   make([]float32, bk*bq),
 		dst:  make([]float32, bk*bq),
 		line: make([]float32, bk),
@@ -529,6 +585,12 @@ func (p *gradPlan) run(ctx context.Context, w *gradWork, t gradTask) error {
 	base := (t.b*s.HKV + t.kvh) * s.M // first key row of the pair
 	tsz := s.B * s.H * p.qTiles * d * p.bq
 	dqT := p.dqT[t.seg*tsz:][:tsz]
+	if n := (t.h1 - t.h0) * p.qTiles; cap(w.dqSet) < n {
+		w.dqSet = make([]bool, n)
+	} else {
+		w.dqSet = w.dqSet[:n]
+		clear(w.dqSet)
+	}
 	for kt0 := t.kt0; kt0 < t.kt1; kt0 += gradGroup {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -567,7 +629,9 @@ func (p *gradPlan) run(ctx context.Context, w *gradWork, t gradTask) error {
 				}
 				for x := range blocks {
 					if vis := kk.visits[kt0+x]; next[x] < len(vis) && vis[next[x]].qt == qt {
-						p.visit(w, &blocks[x], kk, t.b, h, vis[next[x]], dqT)
+						set := &w.dqSet[(h-t.h0)*p.qTiles+int(qt)]
+						p.visit(w, &blocks[x], kk, t.b, h, vis[next[x]], dqT, *set)
+						*set = true
 						next[x]++
 					}
 				}
@@ -594,13 +658,23 @@ func (p *gradPlan) run(ctx context.Context, w *gradWork, t gradTask) error {
 
 // visit folds the keys [c0, c1) of key tile kb and one query tile of
 // head h into the key tile's dK and dV and into the query tile's dQ
-// partial. Keys run down the rows of Sᵀ, Pᵀ, dPᵀ and dSᵀ and queries
+// partial (added to it, or written when dqAcc is false: the run's first
+// visit of the query tile). Keys run down the rows of Sᵀ, Pᵀ, dPᵀ and dSᵀ and queries
 // along their lanes, so that every product reads its operands where they
 // lie:
 //
 //	Sᵀ − lse = [K, -1]·[scale·Q, lse]ᵀ,  dPᵀ − D = [V, -1]·[dO, D]ᵀ,
 //	dV += Pᵀ·dO,  dK += dSᵀ·Q,  dQᵀ += Kᵀ·dSᵀ.
-func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi gradVisit, dqT []float32) {
+//
+// The lanes a key is hidden from by the causal and padding masks are a
+// prefix, one that grows with the key. Where it reaches a whole
+// simd.Panel of lanes (the tiles on the diagonal of a causal mask), the
+// keys go in blocks of simd.Panel and each product covers only the
+// panels of lanes some key of the block is visible from: Sᵀ, dPᵀ, dV
+// and dK per block of keys from its first such panel, dQᵀ per panel of
+// lanes up to the last key one of its lanes sees. The masked entries it
+// skips are zeros of Pᵀ and dSᵀ, which would add nothing.
+func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi gradVisit, dqT []float32, dqAcc bool) {
 	s, d, dp, bq, bk := p.s, p.s.D, p.dp, p.bq, p.bk
 	j0 := kb.j0
 	qt, c0, c1 := int(vi.qt), int(vi.c0), int(vi.c1)
@@ -611,46 +685,83 @@ func (p *gradPlan) visit(w *gradWork, kb *gradBlock, kk *gradKeys, b, h int, vi 
 	it := (b*s.H+h)*p.qTiles + qt
 	st := w.st[c0*bq:]
 	dst := w.dst[c0*bq:]
-	simd.Gemm(m, nrp, d+1, kb.kp[c0*(d+1):], d+1, p.qsT[it*(d+1)*bq:], bq, st, bq, false)
-	simd.Gemm(m, nrp, d+1, kb.vp[c0*(d+1):], d+1, p.doT[it*(d+1)*bq:], bq, dst, bq, false)
-	if !vi.full {
-		p.mask(w, st, m, nr, s.M-s.N+i0, j0+c0)
-	}
-
-	// Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ ∘ (dPᵀ − D), both by one pass of
-	// simd.ExpMul over the rows. The lanes [0, first)
-	// of a key are the queries that cannot see it under the causal and
-	// padding masks: a prefix, since visible ends never fall with the
-	// position, and one that grows with the key. The keys every lane
-	// sees, a prefix of the rows, go in one call where rows are whole.
-	ends := kk.ends[i0:][:nr]
-	first, j := 0, 0
-	if nrp == bq {
-		for ; j < m && ends[0] > int32(j0+c0+j); j++ {
-		}
-		simd.ExpMul(st[:j*bq], dst[:j*bq])
-	}
-	for ; j < m; j++ {
-		key := int32(j0 + c0 + j)
-		for first < nr && ends[first] <= key {
-			first++
-		}
-		pr := st[j*bq:][:nrp]
-		dr := dst[j*bq:][:nrp]
-		clear(pr[:first])
-		clear(dr[:first])
-		simd.ExpMul(pr[first:], dr[first:])
-	}
-
+	qsT := p.qsT[it*(d+1)*bq:]
+	doT := p.doT[it*(d+1)*bq:]
 	qa, ldq := p.q[((b*s.H+h)*s.N+i0)*d:], d
 	ga, ldg := p.dout[((b*s.H+h)*s.N+i0)*d:], d
 	if p.qp != nil {
 		qa, ldq = p.qp[it*bq*dp:], dp
 		ga, ldg = p.dop[it*bq*dp:], dp
 	}
-	simd.Gemm(m, dp, nr, st, bq, ga, ldg, kb.dv[c0*dp:], dp, true)
-	simd.Gemm(m, dp, nr, dst, bq, qa, ldq, kb.dk[c0*dp:], dp, true)
-	simd.Gemm(d, nrp, m, kb.kt[c0:], bk, dst, bq, dqT[it*d*bq:], bq, true)
+	dq := dqT[it*d*bq:]
+	ends := kk.ends[i0:][:nr]
+	key0 := int32(j0 + c0)
+
+	// hidden(j) is the number of lanes that cannot see key j of the visit.
+	hidden := func(j int) int {
+		return sort.Search(nr, func(r int) bool { return ends[r] > key0+int32(j) })
+	}
+	const P = simd.Panel
+	if hidden(m-1) < P {
+		// Every key is visible from some lane of the first panel: whole
+		// products.
+		simd.Gemm(m, nrp, d+1, kb.kp[c0*(d+1):], d+1, qsT, bq, st, bq, false)
+		simd.Gemm(m, nrp, d+1, kb.vp[c0*(d+1):], d+1, doT, bq, dst, bq, false)
+		if !vi.full {
+			p.mask(w, st, m, nr, s.M-s.N+i0, j0+c0)
+		}
+		p.expMul(st, dst, m, nr, nrp, ends, key0, 0)
+		simd.Gemm(m, dp, nr, st, bq, ga, ldg, kb.dv[c0*dp:], dp, true)
+		simd.Gemm(m, dp, nr, dst, bq, qa, ldq, kb.dk[c0*dp:], dp, true)
+		simd.Gemm(d, nrp, m, kb.kt[c0:], bk, dst, bq, dq, bq, dqAcc)
+		return
+	}
+	for a := 0; a < m; a += P {
+		mc := min(P, m-a)
+		l := hidden(a) / P * P // first lane panel the block is visible from
+		sa, da := st[a*bq+l:], dst[a*bq+l:]
+		simd.Gemm(mc, nrp-l, d+1, kb.kp[(c0+a)*(d+1):], d+1, qsT[l:], bq, sa, bq, false)
+		simd.Gemm(mc, nrp-l, d+1, kb.vp[(c0+a)*(d+1):], d+1, doT[l:], bq, da, bq, false)
+		if !vi.full {
+			p.mask(w, st[a*bq:], mc, nr, s.M-s.N+i0, j0+c0+a)
+		}
+		p.expMul(st[a*bq:], dst[a*bq:], mc, nr, nrp, ends, key0+int32(a), l)
+		simd.Gemm(mc, dp, nr-l, sa, bq, ga[l*ldg:], ldg, kb.dv[(c0+a)*dp:], dp, true)
+		simd.Gemm(mc, dp, nr-l, da, bq, qa[l*ldq:], ldq, kb.dk[(c0+a)*dp:], dp, true)
+	}
+	for l := 0; l < nrp; l += P {
+		// The keys [0, n) are all that some lane of the panel sees.
+		n := min(m, max(0, int(ends[min(l+P, nr)-1]-key0)))
+		simd.Gemm(d, P, n, kb.kt[c0:], bk, dst[l:], bq, dq[l:], bq, dqAcc)
+	}
+}
+
+// expMul turns the m keys of Sᵀ − lse (st) and dPᵀ − D (dst), bq lanes a
+// key from key0, into Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ ∘ (dPᵀ − D) by
+// simd.ExpMul, on the lanes [l, nrp): the lanes that cannot see a key,
+// a prefix under the causal and padding masks, get 0 in both. The keys
+// every lane sees, a prefix of the rows, go in one call where rows are
+// whole.
+func (p *gradPlan) expMul(st, dst []float32, m, nr, nrp int, ends []int32, key0 int32, l int) {
+	bq := p.bq
+	first, j := 0, 0
+	if nrp == bq && l == 0 {
+		for ; j < m && ends[0] > key0+int32(j); j++ {
+		}
+		simd.ExpMul(st[:j*bq], dst[:j*bq])
+	}
+	for ; j < m; j++ {
+		key := key0 + int32(j)
+		for first < nr && ends[first] <= key {
+			first++
+		}
+		pr := st[j*bq:][:nrp]
+		dr := dst[j*bq:][:nrp]
+		lo := max(first, l)
+		clear(pr[l:lo])
+		clear(dr[l:lo])
+		simd.ExpMul(pr[lo:], dr[lo:])
+	}
 }
 
 // mask sets to -Inf the logits in Sᵀ (m keys from key0, bq lanes a key)
@@ -696,17 +807,31 @@ func (p *gradPlan) gatherKV(n int) {
 	simd.Scale(dk, p.scale)
 }
 
-// gatherDQ writes dQ of query tile it: the partials added in run order
-// (into the first), transposed back and scaled.
+// gatherDQ writes dQ of query tile it: the partials of the runs that
+// visit it added in run order (into the first), transposed back and
+// scaled; 0 where no run visits it (its rows see no key).
 func (p *gradPlan) gatherDQ(pn *gradPanel, it int) {
 	s, d, bq := p.s, p.s.D, p.bq
 	bh, qt := it/p.qTiles, it%p.qTiles
 	i0 := qt * bq
 	nr := min(bq, s.N-i0)
 	tsz := s.B * s.H * p.qTiles * d * bq
-	acc := p.dqT[it*d*bq:][:d*bq]
-	for seg := 1; seg < p.segs; seg++ {
-		simd.Axpy(1, p.dqT[seg*tsz+it*d*bq:][:d*bq], acc)
+	kk := p.keys[p.o.KeyEnd(s, bh/s.H)]
+	var acc []float32
+	for seg := range p.segs {
+		if !kk.runQT[seg][qt] {
+			continue
+		}
+		part := p.dqT[seg*tsz+it*d*bq:][:d*bq]
+		if acc == nil {
+			acc = part
+		} else {
+			simd.Axpy(1, part, acc)
+		}
+	}
+	if acc == nil {
+		clear(p.dq[(bh*s.N+i0)*d:][:nr*d])
+		return
 	}
 	pn.fromLanes(p.dq, (bh*s.N+i0)*d, nr, acc, bq, p.scale)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -435,6 +436,84 @@ func TestBackwardPattern(t *testing.T) {
 	}
 }
 
+// TestBackwardCausalDiagonal runs the tiles a causal mask cuts with
+// Backward's own tile sizes and others, where the products cover only
+// the panels of queries that see a block of keys: the diagonal falling
+// across tiles at every offset (N ≠ M, bottom-right aligned, N > M
+// included), GQA groups, padded key lengths and patterns on top.
+func TestBackwardCausalDiagonal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, uint64(rand.Int64())))
+	dims := [][2]int{{200, 200}, {192, 192}, {130, 260}, {260, 130}, {100, 171}, {77, 77}}
+	tiles := [][2]int{{0, 0}, {32, 48}, {48, 40}, {64, 20}}
+	pats := []Pattern{nil, gradBand{left: 70, right: 0}, gradStripes{}}
+	n := 0
+	for _, nm := range dims {
+		for _, tl := range tiles {
+			n++
+			s := attn.Shape{B: 2, H: 4, HKV: []int{4, 2, 1}[n%3], N: nm[0], M: nm[1], D: []int{64, 24, 40}[n%3]}
+			o := attn.Options{Causal: true}
+			if n%2 == 0 {
+				o.KVLen = []int{s.M - 37, s.M}
+			}
+			c := newGradCase(t, rng, s, o, pats[n%len(pats)], tl[0], tl[1])
+			c.backward(t)
+			c.check(t)
+		}
+	}
+}
+
+// TestGradRuns checks the cut of the key tiles into runs: they cover the
+// tiles in order, each at least one, with the weights and query tiles of
+// their visits.
+func TestGradRuns(t *testing.T) {
+	for _, tc := range []struct {
+		s      attn.Shape
+		o      attn.Options
+		pat    Pattern
+		bq, bk int
+	}{
+		{attn.Shape{B: 1, H: 8, HKV: 8, N: 2048, M: 2048, D: 64}, attn.Options{Causal: true}, nil, 64, 64},
+		{attn.Shape{B: 1, H: 8, HKV: 2, N: 2048, M: 2048, D: 64}, attn.Options{}, nil, 64, 64},
+		{attn.Shape{B: 1, H: 4, HKV: 1, N: 300, M: 330, D: 40}, attn.Options{Causal: true}, nil, 16, 7},
+		{attn.Shape{B: 2, H: 2, HKV: 1, N: 90, M: 200, D: 24}, attn.Options{Causal: true, KVLen: []int{120, 0}}, gradBand{left: 30, right: 2}, 32, 20},
+	} {
+		pat := tc.pat
+		if pat == nil {
+			pat = dense{}
+		}
+		s := tc.s
+		p := newGradPlan(s, nil, nil, nil, nil, nil, nil, tc.o, pat, nil, nil, nil, tc.bq, tc.bk)
+		gradArenas.Put(p.arena)
+		for b := range s.B {
+			kk := p.keys[tc.o.KeyEnd(s, b)]
+			if len(kk.runs) != p.segs || len(kk.runW) != p.segs || len(kk.runQT) != p.segs {
+				t.Fatalf("%+v: %d runs, want %d", s, len(kk.runs), p.segs)
+			}
+			next := 0
+			for r, run := range kk.runs {
+				if run[0] != next || run[1] <= run[0] {
+					t.Fatalf("%+v: run %d is %v after tile %d", s, r, run, next)
+				}
+				next = run[1]
+				w := 0
+				qts := make([]bool, p.qTiles)
+				for kt := run[0]; kt < run[1]; kt++ {
+					w += kk.weight[kt]
+					for _, vi := range kk.visits[kt] {
+						qts[vi.qt] = true
+					}
+				}
+				if w != kk.runW[r] || !slices.Equal(qts, kk.runQT[r]) {
+					t.Errorf("%+v: run %d: weight %d (want %d), query tiles %v (want %v)", s, r, kk.runW[r], w, kk.runQT[r], qts)
+				}
+			}
+			if next != p.kTiles {
+				t.Fatalf("%+v: runs end at tile %d of %d", s, next, p.kTiles)
+			}
+		}
+	}
+}
+
 // TestBackwardAfterForward runs Backward on the out and lse of the
 // kernel's own Forward and ForwardPattern, as training does.
 func TestBackwardAfterForward(t *testing.T) {
@@ -466,24 +545,35 @@ func TestBackwardAfterForward(t *testing.T) {
 // bits.
 func TestBackwardDeterministic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, uint64(rand.Int64())))
-	s := attn.Shape{B: 1, H: 4, HKV: 1, N: 150, M: 170, D: 40}
-	c := newGradCase(t, rng, s, attn.Options{Causal: true}, nil, 16, 7)
-	var first [][]float32
-	for _, workers := range []int{1, 2, 3, 5, 2} {
-		c.o.Workers = workers
-		c.backward(t)
-		got := [][]float32{c.dq, c.dk, c.dv}
-		if first == nil {
-			first = got
-			continue
-		}
-		for x := range got {
-			for i := range got[x] {
-				if math.Float32bits(got[x][i]) != math.Float32bits(first[x][i]) {
-					t.Fatalf("workers=%d: gradient %d differs at %d: %v vs %v", workers, x, i, got[x][i], first[x][i])
+	for _, tc := range []struct {
+		s      attn.Shape
+		bq, bk int
+	}{
+		{attn.Shape{B: 1, H: 4, HKV: 1, N: 150, M: 170, D: 40}, 16, 7},
+		// Backward's own tiles: diagonal tiles cut into blocks, the keys
+		// in runs and the heads in subsets.
+		{attn.Shape{B: 1, H: 4, HKV: 1, N: 300, M: 330, D: 40}, 0, 0},
+		{attn.Shape{B: 1, H: 2, HKV: 2, N: 520, M: 520, D: 64}, 0, 0},
+	} {
+		c := newGradCase(t, rng, tc.s, attn.Options{Causal: true}, nil, tc.bq, tc.bk)
+		var first [][]float32
+		for _, workers := range []int{1, 2, 3, 5, 2} {
+			c.o.Workers = workers
+			c.backward(t)
+			got := [][]float32{c.dq, c.dk, c.dv}
+			if first == nil {
+				first = got
+				continue
+			}
+			for x := range got {
+				for i := range got[x] {
+					if math.Float32bits(got[x][i]) != math.Float32bits(first[x][i]) {
+						t.Fatalf("%s: workers=%d: gradient %d differs at %d: %v vs %v", c.name, workers, x, i, got[x][i], first[x][i])
+					}
 				}
 			}
 		}
+		c.check(t)
 	}
 }
 
