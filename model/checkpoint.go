@@ -52,11 +52,11 @@ func (t *Trainer) Save(out io.Writer, tok *tokenizer.Tokenizer, name string) err
 // and the checkpoint's tokenizer (nil when it has none). workers replaces
 // the saved run's (0: GOMAXPROCS); it does not change the results.
 func Resume(r io.ReaderAt, size int64, workers int) (*Trainer, *tokenizer.Tokenizer, error) {
-	w, tok, err := ReadGGUF(r, size)
+	f, err := gguf.Read(r, size)
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := gguf.Read(r, size)
+	w, tok, err := readModel(f)
 	if err != nil {
 		return nil, nil, err
 	}

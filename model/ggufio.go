@@ -51,6 +51,11 @@ func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	return readModel(f)
+}
+
+// readModel is ReadGGUF on a parsed file.
+func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 	arch, err := f.String(keyArch)
 	if err != nil {
 		return nil, nil, err
