@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -135,10 +136,12 @@ const decodeBlock = 64
 // which the decode step streams the cache: its kernels read 16-bit rows
 // in place and prefetch the next block as they compute. Larger groups
 // (Hkv = 1 of H = 32) do enough arithmetic per byte to be bound by it
-// rather than by memory; there the kernels without prefetch hints are
-// faster (measured on Zen 3 at g = 32: 4–5% for each kernel), and so is
-// widening a block of 16-bit values once into a float32 scratch rather
-// than once per 6-row block of queries (about 15%).
+// rather than by memory. They take the fused tile kernel (fusedDecode)
+// unless rows must be checked against a window; on that path the kernels
+// without prefetch hints are faster (measured on Zen 3 at g = 32: 4–5%
+// for each kernel), and so is widening a block of 16-bit values once into
+// a float32 scratch rather than once per 6-row block of queries (about
+// 15%).
 const streamGroup = 15
 
 // decode attends one query per head, at position p, to the held rows, in
@@ -159,11 +162,32 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 
 	partOut := make([]float32, items*g*s.D)
 	partLSE := make([]float32, items*g)
+	var (
+		mu   sync.Mutex
+		used []*decodeScratch
+	)
+	defer func() {
+		for _, sc := range used {
+			scratchPool.Put(sc)
+		}
+	}()
 	err := parallel.For(ctx, workers, items,
-		func() *decodeScratch { return newDecodeScratch(g, c.stride) },
+		func() *decodeScratch {
+			sc := getDecodeScratch(g, c.stride)
+			mu.Lock()
+			used = append(used, sc)
+			mu.Unlock()
+			return sc
+		},
 		func(sc *decodeScratch, it int) error {
 			bh, sp := it/spans, it%spans
 			b, kvh := bh/s.HKV, bh%s.HKV
+			lo, hi := sp*spanLen, min((sp+1)*spanLen, held)
+			po, pl := partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g]
+			if sc.fused != nil && !c.checkRows() {
+				sc.fused.span(c, q[(b*s.H+kvh*g)*s.D:][:g*s.D], o.Scale, bh, lo, hi, po, pl)
+				return nil
+			}
 			// Gather and scale the group's queries.
 			for r := range g {
 				src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
@@ -172,9 +196,7 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 					dst[i] = x * o.Scale
 				}
 			}
-			lo, hi := sp*spanLen, min((sp+1)*spanLen, held)
-			c.decodeSpan(sc, bh, lo, hi, p, inclusive,
-				partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
+			c.decodeSpan(sc, bh, lo, hi, p, inclusive, po, pl)
 			return nil
 		})
 	if err != nil {
@@ -200,16 +222,35 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 
 // decodeScratch is one decode worker's memory, reused across items.
 type decodeScratch struct {
-	q    []float32 // [g][stride] scaled queries, zero past D
-	s    []float32 // [g][decodeBlock] scores, then probabilities
-	vb   []float32 // [decodeBlock][stride] widened values, for g > streamGroup
-	acc  []float32 // [g][stride]
-	m, l []float32
-	sink float32 // keeps the touch loads from being optimised away
+	g, stride int
+	q         []float32 // [g][stride] scaled queries, zero past D
+	s         []float32 // [g][decodeBlock] scores, then probabilities
+	vb        []float32 // [decodeBlock][stride] widened values, for g > streamGroup
+	acc       []float32 // [g][stride]
+	m, l      []float32
+	sink      float32 // keeps the touch loads from being optimised away
+	// fused, for g > streamGroup, runs spans without window masks
+	// through the fused attention kernel.
+	fused *fusedDecode
+}
+
+// scratchPool keeps decode scratch between steps: a step of a few
+// microseconds' arithmetic would otherwise spend as long again allocating
+// and zeroing it, and collecting it later.
+var scratchPool sync.Pool
+
+// getDecodeScratch returns scratch for groups of g query heads and rows
+// of stride elements, from scratchPool if it holds such.
+func getDecodeScratch(g, stride int) *decodeScratch {
+	if sc, ok := scratchPool.Get().(*decodeScratch); ok && sc.g == g && sc.stride == stride {
+		return sc
+	}
+	return newDecodeScratch(g, stride)
 }
 
 func newDecodeScratch(g, stride int) *decodeScratch {
 	sc := &decodeScratch{
+		g: g, stride: stride,
 		q:   make([]float32, g*stride),
 		s:   make([]float32, g*decodeBlock),
 		acc: make([]float32, g*stride),
@@ -218,6 +259,7 @@ func newDecodeScratch(g, stride int) *decodeScratch {
 	}
 	if g > streamGroup {
 		sc.vb = make([]float32, decodeBlock*stride)
+		sc.fused = newFusedDecode(g, stride)
 	}
 	return sc
 }
@@ -232,7 +274,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 		sc.m[r] = float32(math.Inf(-1))
 		sc.l[r] = 0
 	}
-	checkRows := c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
+	checkRows := c.checkRows()
 	base := bh * c.cap * st
 	stream := g <= streamGroup
 	for j0 := lo; j0 < hi; j0 += decodeBlock {
@@ -288,6 +330,12 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 		}
 		lse[r] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
 	}
+}
+
+// checkRows reports whether some held row has left the window of the
+// newest query, so that the decode kernels must check rows one by one.
+func (c *Cache) checkRows() bool {
+	return c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
 }
 
 // touch reads one element of every 64-byte line of nb stored K and V rows

@@ -140,6 +140,21 @@ func TestWindowAndSinks(t *testing.T) {
 	}
 }
 
+// TestLargeGroupWindow decodes step by step with a group of 32 query
+// heads, larger than streamGroup: the fused kernel while every held row
+// is in the window, the row-by-row path once rows leave it.
+func TestLargeGroupWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, uint64(rand.Int64())))
+	sq := newSeq(rng, 1, 32, 1, 140, 24)
+	ones := make([]int, 140)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for _, dt := range []DType{F32, BF16} {
+		run(t, sq, Config{B: 1, HKV: 1, D: 24, DType: dt, Window: 100, Sinks: 2}, ones)
+	}
+}
+
 // TestAttend checks the decode entry point that attends the newest,
 // already appended position.
 func TestAttend(t *testing.T) {
@@ -259,12 +274,15 @@ func TestErrors(t *testing.T) {
 // TestAttendShapes checks the decode step on the shapes of its kernels'
 // edge cases: 16-bit rows whose D is not a multiple of 16 (72: the
 // products end on an 8-column block) or of 8 (33, 20), groups of 1 to 32
-// query heads, and more rows than a decode block, not a multiple of it.
+// query heads (those past streamGroup take the fused kernel, in panels of
+// 16 query rows: 20 and 24 leave a partial panel), and more rows than a
+// decode block, not a multiple of it, over several spans (1100).
 func TestAttendShapes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, uint64(rand.Int64())))
 	for _, dt := range []DType{F32, BF16, F16} {
 		for _, sh := range []struct{ h, hkv, d, n int }{
 			{8, 8, 72, 200}, {8, 2, 128, 333}, {32, 1, 72, 150}, {6, 2, 33, 130}, {5, 1, 20, 70},
+			{20, 1, 40, 1100}, {48, 2, 24, 130},
 		} {
 			sq := newSeq(rng, 1, sh.h, sh.hkv, sh.n, sh.d)
 			c, _ := New(Config{B: 1, HKV: sh.hkv, D: sh.d, DType: dt})

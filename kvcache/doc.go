@@ -22,6 +22,14 @@
 // a chunk; the chunk's own part always by the fused kernel with a causal
 // mask.
 //
+// A decode step streams the cache, and small groups (Hkv = 8 of H = 32)
+// are bound by memory: their kernels read 16-bit rows in place and
+// prefetch the next block as they compute. Large groups (more than 15
+// query heads a KV head, such as MQA with H = 32) do 2·H/Hkv flops for
+// every value read, too many for memory to be the limit on a machine of
+// 200 GFLOP/s and 25 GB/s; their query rows fill the panels of the fused
+// tile kernel (simd.AttendPanels) instead, as a prefill tile would.
+//
 // # Sliding windows
 //
 // With Window W > 0 the cache keeps only what a query can still see: the
