@@ -108,6 +108,12 @@ const PeakFlopsPerIter = 12 * 8 * 2
 // pipes of the CPU; with the Go ones, scalar multiply-adds.
 func FMAPeak(iters int) float32 { return fmaPeak(iters) }
 
+// ReadSum returns the sum of x, added in an unspecified order: a
+// sequential read of every line of x at the speed of the memory, which
+// is its use (MeasureReadGBps, and bringing a block of a KV cache into
+// the caches before the kernels read it in another order).
+func ReadSum(x []float32) float32 { return readSum(x) }
+
 // Implementation names the kernels in use: "avx2" (assembly with AVX2
 // and FMA) or "generic" (plain Go).
 func Implementation() string { return active.name }
