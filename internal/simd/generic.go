@@ -470,10 +470,10 @@ func onlineSoftmaxGeneric(s []float32, ps, n, np int, lim, m, l, acc []float32, 
 			if mx == negInf {
 				ms = 0
 			}
-			cf := exp2Tile((m[i] - ms) * expLog2e)
+			cf := exp2Tile(m[i] - ms)
 			var sum float32
 			for j := range n {
-				e := exp2Tile((sp[j*Panel+x] - ms) * expLog2e)
+				e := exp2Tile(sp[j*Panel+x] - ms)
 				sp[j*Panel+x] = e
 				sum += e
 			}

@@ -298,13 +298,14 @@ func gemmPanels() {
 }
 
 // softmaxStep emits the part of the online softmax of one panel that
-// follows the maximum: given mx (the new maximum of the 16 queries,
-// m included) it sets ms = mx, or 0 where mx is -Inf (a query that has
-// seen no key yet, so that 2^((x - ms)·log2 e) is 0 for x = -Inf and
-// never NaN), c = 2^((m - ms)·log2 e), l = l·c, m = mx, rescales the
-// panel's accumulator rows when some c is not 1, replaces the n logits
-// (rows of 16 at s) by their exponentials and adds their sum to l.
-func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc Op) {
+// follows the maximum, on base-2 logits: given mx (the new maximum of
+// the 16 queries, m included) it sets ms = mx, or 0 where mx is -Inf (a
+// query that has seen no key yet, so that 2^(x - ms) is 0 for x = -Inf
+// and never NaN), c = 2^(m - ms), l = l·c, m = mx, rescales the panel's
+// accumulator rows when some c is not 1, replaces the n logits (rows of
+// 16 at s) by their exponentials (exp2LanesFast's when fast is set) and
+// adds their sum to l.
+func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc Op, fast bool) {
 	ms := newYMMs(2)
 	clamp := YMM()
 	VMOVUPS(exp2Min, clamp)
@@ -320,7 +321,6 @@ func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc
 		c := YMM()
 		VMOVUPS(Mem{Base: mp, Disp: 32 * h}, c)
 		VSUBPS(ms[h], c, c)
-		VMULPS(expLog2e, c, c)
 		exp2Vec(c, clamp)
 		VMOVUPS(mx[h], Mem{Base: mp, Disp: 32 * h})
 		lv := YMM()
@@ -376,12 +376,11 @@ func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc
 				VSUBPS(msr, ts[i], ts[i])
 			}
 		}
-		lg := YMM()
-		VMOVUPS(expLog2e, lg)
-		for _, t := range ts {
-			VMULPS(lg, t, t)
+		if fast {
+			exp2LanesFast(ts)
+		} else {
+			exp2Lanes(ts, clamp)
 		}
-		exp2Lanes(ts, clamp)
 		for i, t := range ts {
 			VMOVUPS(t, Mem{Base: sp, Disp: 32 * i})
 		}
@@ -500,7 +499,7 @@ func onlineSoftmax() {
 	}
 
 	Label("step")
-	softmaxStep("s", [2]VecVirtual{mx[0], mx[1]}, mp, lp, accPanel, sPanel, addr(Param("n")), addr(Param("dacc")))
+	softmaxStep("s", [2]VecVirtual{mx[0], mx[1]}, mp, lp, accPanel, sPanel, addr(Param("n")), addr(Param("dacc")), false)
 
 	// Next panel.
 	ps := Load(Param("ps"), GP64())
@@ -601,7 +600,7 @@ func attendPanels() {
 	VMOVUPS(mxMem, mx[0])
 	VMOVUPS(mxMem.Offset(32), mx[1])
 	st2 := Load(Param("st").Base(), GP64())
-	softmaxStep("s", [2]VecVirtual{mx[0], mx[1]}, mp, lp, accp, st2, n, addr(Param("d")))
+	softmaxStep("s", [2]VecVirtual{mx[0], mx[1]}, mp, lp, accp, st2, n, addr(Param("d")), true)
 
 	CMPQ(n, U8(0))
 	JE(LabelRef("next"))
@@ -630,14 +629,19 @@ func attendPanels() {
 
 // The constants of exp2Vec; generic.go's exp2Tile uses the same values.
 var (
-	exp2Magic Mem    // 1.5·2^23 + 127: adding it rounds to an integer n and leaves n+127 in the low bits
-	exp2Min   Mem    // -127: the clamp below which the result is 0
-	exp2C     [5]Mem // 2^r ≈ 1 + r·(c1 + r·(c2 + r·(c3 + r·(c4 + r·c5)))) on |r| ≤ 1/2
+	exp2Magic Mem // 1.5·2^23 + 127: adding it rounds to an integer n and leaves n+127 in the low bits
+	exp2Min   Mem // -127: the clamp below which the result is 0
+	// exp2LanesFast's: 1.5·2^23, after whose addition the low bits hold
+	// n itself, and its clamp -126.
+	exp2MagicFast, exp2MinFast Mem
+	exp2C                      [5]Mem // 2^r ≈ 1 + r·(c1 + r·(c2 + r·(c3 + r·(c4 + r·c5)))) on |r| ≤ 1/2
 )
 
 func declareExp2Consts() {
 	exp2Magic = vecConst("exp2Magic", 12583039)
 	exp2Min = vecConst("exp2Min", -127)
+	exp2MagicFast = vecConst("exp2MagicFast", 12582912)
+	exp2MinFast = vecConst("exp2MinFast", -126)
 	// A minimax fit of the relative error of 2^r on [-1/2, 1/2]: 1.7e-7
 	// (1.4 ulp) evaluated in float32 with FMAs.
 	coef := [5]uint32{0x3f317215, 0x3e75fcde, 0x3d635ba9, 0x3c1e7544, 0x3aaddd0c}
@@ -713,6 +717,52 @@ func exp2Lanes(ts []VecVirtual, clamp VecVirtual) {
 	}
 	for i, t := range ts {
 		VMULPS(ks[i], ps[i], t)
+	}
+}
+
+// exp2LanesFast is exp2Lanes for the unmasked tiles of AttendPanels, with
+// two fewer instructions on the FMA ports a vector (the softmax's
+// bottleneck on Zen 3: its exponentials ran 28% faster): 2^n is added
+// into the exponent field of 2^r as an integer, n << 23, rather than
+// multiplied in. t is clamped at -126 so that the sum never reaches
+// below the smallest exponent: a lane at or below -126 gives a value in
+// [0, 2^-126), not exactly 0, which a tile whose logits are all finite
+// cannot tell from 0 next to its maximum's 1 (-Inf logits, the masks,
+// go through exp2Lanes). t must not exceed 127; NaN stays NaN.
+func exp2LanesFast(ts []VecVirtual) {
+	ks, ps := newYMMs(len(ts)), newYMMs(len(ts))
+	c := YMM()
+	VMOVUPS(exp2MinFast, c)
+	for _, t := range ts {
+		VMAXPS(t, c, t)
+	}
+	VMOVUPS(exp2MagicFast, c)
+	for i, t := range ts {
+		VADDPS(c, t, ks[i])
+	}
+	for i := range ts {
+		VSUBPS(c, ks[i], ps[i])
+	}
+	for i, t := range ts {
+		VSUBPS(ps[i], t, t) // r
+	}
+	VMOVUPS(exp2C[4], c)
+	for i := range ts {
+		VMOVAPS(c, ps[i])
+	}
+	for k := 3; k >= -1; k-- {
+		if k >= 0 {
+			VMOVUPS(exp2C[k], c)
+		} else {
+			VMOVUPS(one, c)
+		}
+		for i, t := range ts {
+			VFMADD213PS(c, t, ps[i])
+		}
+	}
+	for i, t := range ts {
+		VPSLLD(U8(23), ks[i], ks[i])
+		VPADDD(ks[i], ps[i], t)
 	}
 }
 
