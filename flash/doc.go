@@ -33,12 +33,9 @@
 // panels (simd.GemmPanels: 6 rows × 16 lanes of accumulators): Sᵀ = K·Qᵀ
 // reads the rows of K as they lie, Oᵀ += Vᵀ·Pᵀ reads the rows of V as
 // they lie, so dense K and V are used in place, without a copy. The
-// queries are scaled by the softmax scale times log2 e as they enter a
-// tile, so that logits, maxima and sums are all in base 2 and the
-// exponentials are 2^(s - m), by a degree-5 polynomial
-// (simd.OnlineSoftmax), within about 3e-7 relative; the lse is turned
-// back to base e as a row is written. exp(-Inf) is exactly 0, and
-// nothing becomes NaN unless an input is.
+// exponentials are 2^((s - m)·log2 e) by a degree-5 polynomial
+// (simd.OnlineSoftmax), within about 3e-7 relative; exp(-Inf) is exactly
+// 0, and nothing becomes NaN unless an input is.
 //
 // A tile that no mask cuts, almost every tile, goes to one call of
 // simd.AttendPanels, which for each panel computes the logits (taking their

@@ -82,8 +82,7 @@ func (kn *Kernel) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, 
 func (kn *Kernel) forward(ctx context.Context, s attn.Shape, q []float32, kv KV, o attn.Options, pat Pattern, out, lse []float32) error {
 	p := plan{
 		s: s, o: o, q: q, out: out, lse: lse, pat: pat,
-		// The tile kernels take logits in base 2 (see finish).
-		scale: o.ScaleFor(s.D) * math.Log2E,
+		scale: o.ScaleFor(s.D),
 		bk:    kn.blockK,
 	}
 	// A tile covers every head of a group for posPerTile positions.
@@ -153,8 +152,8 @@ type plan struct {
 	o                        attn.Options
 	q, out, lse              []float32
 	pat                      Pattern
-	scale                    float32 // of the queries: the softmax scale times log2 e
-	bk                       int     // keys per tile
+	scale                    float32
+	bk                       int // keys per tile
 	posPerTile, tilesPerHead int
 	keyTiles                 int // key tiles per kv head
 	// Keys and values: element c of key j of kv head bh (= b·Hkv + kvh)
@@ -401,11 +400,8 @@ func (t *tile) mask(st []float32, j0, q, c0 int, lim []float32, pat Pattern) {
 }
 
 // finish writes the normalised output and the lse (when lse is not nil)
-// of every row: out = acc / l and lse = (m + log2 l)·ln 2, or 0 and -Inf
-// for a row that saw no key (l = 0). The queries were scaled by log2 e as
-// well, so that the logits, their maximum m and the weights 2^(logit - m)
-// summed in l are all in base 2, saving the tile kernels a multiply by
-// log2 e for every exponential.
+// of every row: out = acc / l and lse = m + log l, or 0 and -Inf for a
+// row that saw no key (l = 0).
 func (t *tile) finish(out, lse []float32) {
 	const P = simd.Panel
 	for q := range t.np {
@@ -420,7 +416,7 @@ func (t *tile) finish(out, lse []float32) {
 			if lse != nil {
 				v := negInf
 				if l != 0 {
-					v = float32((float64(t.m[r]) + math.Log2(float64(l))) * math.Ln2)
+					v = t.m[r] + float32(math.Log(float64(l)))
 				}
 				lse[t.row[r]] = v
 			}

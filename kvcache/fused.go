@@ -58,8 +58,7 @@ func (f *fusedDecode) span(c *Cache, q []float32, scale float32, bh, lo, hi int,
 		for x := range off {
 			off[x] = (p*P + x) * d
 		}
-		// Base-2 logits, as the fused kernel wants them.
-		simd.PanelFromRows(f.qt[p*pq:][:pq], q, off, d, scale*math.Log2E)
+		simd.PanelFromRows(f.qt[p*pq:][:pq], q, off, d, scale)
 	}
 	clear(f.acc[:f.np*pq])
 	for r := range f.m {
@@ -105,7 +104,7 @@ func (f *fusedDecode) span(c *Cache, q []float32, scale float32, bh, lo, hi int,
 			lse[r] = float32(math.Inf(-1))
 			if l := f.l[r]; l != 0 {
 				f.inv[x] = 1 / l
-				lse[r] = float32((float64(f.m[r]) + math.Log2(float64(l))) * math.Ln2)
+				lse[r] = f.m[r] + float32(math.Log(float64(l)))
 			}
 		}
 		simd.RowsFromPanel(out, off, f.acc[p*pq:][:pq], f.inv, d)

@@ -102,21 +102,20 @@
 // OnlineSoftmax does one step of the online softmax on such panels: the
 // maximum, the factor that brings the old sum and accumulator to it, and
 // the exponentials, all lane by lane, with no reduction across lanes.
-// The logits are in base 2 (the caller folds log2 e into the scale of
-// the queries, saving a multiply a value) and so is its exponential,
-// 2^(x - m): the difference t = x - m is taken first, exactly for the
-// large logits of nearby keys, then n = round(t) and n + 127 come from
-// one add of 1.5·2^23 + 127, r = t - n is exact in [-1/2, 1/2], a
+// Its exponential is base 2, 2^((x - m)·log2 e): the difference x - m is
+// taken first, exactly for the large logits of nearby keys, then n =
+// round(t) and n + 127 come from one add of 1.5·2^23 + 127, r = t - n is
+// exact in [-1/2, 1/2], a
 // degree-5 minimax polynomial gives 2^r within 1.7e-7 relative, and a
 // shift of n + 127 into the exponent field a multiplier 2^n, or exactly
 // 0 once t is clamped to -127, so -Inf and every t below -127 give 0
-// without a compare (about 14 vector instructions for 8 values, four
+// without a compare (about 15 vector instructions for 8 values, four
 // exponentials interleaved stage by stage). Seven of them run on the two
 // FMA ports, which bound the loop on Zen 3. AttendPanels fuses both
 // products and the softmax of an unmasked tile panel by panel, taking
 // the maximum of the logits as the first product stores them and
 // prefetching the next tile into L2; its exponentials add n << 23 to the
-// bits of 2^r instead of multiplying, two fewer instructions on those
+// bits of 2^r instead of multiplying, one fewer instruction on those
 // ports (t clamped to -126 then, giving a value below 2^-126 rather than
 // 0: its logits are finite). It runs a tile at about 86% (D = 64) and
 // 91% (D = 128) of FMAPeak (BenchmarkAttendPanels). PanelFromRows and RowsFromPanel move up to 16

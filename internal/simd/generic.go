@@ -470,10 +470,10 @@ func onlineSoftmaxGeneric(s []float32, ps, n, np int, lim, m, l, acc []float32, 
 			if mx == negInf {
 				ms = 0
 			}
-			cf := exp2Tile(m[i] - ms)
+			cf := exp2Tile((m[i] - ms) * expLog2e)
 			var sum float32
 			for j := range n {
-				e := exp2Tile(sp[j*Panel+x] - ms)
+				e := exp2Tile((sp[j*Panel+x] - ms) * expLog2e)
 				sp[j*Panel+x] = e
 				sum += e
 			}

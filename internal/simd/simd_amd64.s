@@ -10081,6 +10081,7 @@ step:
 	VMOVUPS     Y2, (SP)
 	VMOVUPS     (DX), Y4
 	VSUBPS      Y2, Y4, Y4
+	VMULPS      expLog2e<>+0(SB), Y4, Y4
 	VMAXPS      Y4, Y3, Y4
 	VADDPS      exp2Magic<>+0(SB), Y4, Y2
 	VSUBPS      exp2Magic<>+0(SB), Y2, Y5
@@ -10104,6 +10105,7 @@ step:
 	VMOVUPS     Y0, 32(SP)
 	VMOVUPS     32(DX), Y2
 	VSUBPS      Y0, Y2, Y2
+	VMULPS      expLog2e<>+0(SB), Y2, Y2
 	VMAXPS      Y2, Y3, Y2
 	VADDPS      exp2Magic<>+0(SB), Y2, Y0
 	VSUBPS      exp2Magic<>+0(SB), Y0, Y5
@@ -10157,6 +10159,11 @@ se2:
 	VMOVUPS     32(SP), Y7
 	VSUBPS      Y7, Y4, Y4
 	VSUBPS      Y7, Y6, Y6
+	VMOVUPS     expLog2e<>+0(SB), Y7
+	VMULPS      Y7, Y2, Y2
+	VMULPS      Y7, Y4, Y4
+	VMULPS      Y7, Y5, Y5
+	VMULPS      Y7, Y6, Y6
 	VMAXPS      Y2, Y3, Y2
 	VMAXPS      Y4, Y3, Y4
 	VMAXPS      Y5, Y3, Y5
@@ -10233,6 +10240,9 @@ se1:
 	VSUBPS      Y5, Y2, Y2
 	VMOVUPS     32(SP), Y5
 	VSUBPS      Y5, Y4, Y4
+	VMOVUPS     expLog2e<>+0(SB), Y5
+	VMULPS      Y5, Y2, Y2
+	VMULPS      Y5, Y4, Y4
 	VMAXPS      Y2, Y3, Y2
 	VMAXPS      Y4, Y3, Y4
 	VMOVUPS     exp2Magic<>+0(SB), Y7
@@ -11858,6 +11868,7 @@ step:
 	VMOVUPS     Y2, 88(SP)
 	VMOVUPS     (DX), Y4
 	VSUBPS      Y2, Y4, Y4
+	VMULPS      expLog2e<>+0(SB), Y4, Y4
 	VMAXPS      Y4, Y3, Y4
 	VADDPS      exp2Magic<>+0(SB), Y4, Y2
 	VSUBPS      exp2Magic<>+0(SB), Y2, Y5
@@ -11881,6 +11892,7 @@ step:
 	VMOVUPS     Y0, 120(SP)
 	VMOVUPS     32(DX), Y2
 	VSUBPS      Y0, Y2, Y2
+	VMULPS      expLog2e<>+0(SB), Y2, Y2
 	VMAXPS      Y2, Y3, Y2
 	VADDPS      exp2Magic<>+0(SB), Y2, Y0
 	VSUBPS      exp2Magic<>+0(SB), Y0, Y3
@@ -11933,6 +11945,11 @@ se2:
 	VMOVUPS     120(SP), Y6
 	VSUBPS      Y6, Y3, Y3
 	VSUBPS      Y6, Y5, Y5
+	VMOVUPS     expLog2e<>+0(SB), Y6
+	VMULPS      Y6, Y2, Y2
+	VMULPS      Y6, Y3, Y3
+	VMULPS      Y6, Y4, Y4
+	VMULPS      Y6, Y5, Y5
 	VMOVUPS     exp2MinFast<>+0(SB), Y14
 	VMAXPS      Y2, Y14, Y2
 	VMAXPS      Y3, Y14, Y3
@@ -12010,6 +12027,9 @@ se1:
 	VSUBPS      Y4, Y2, Y2
 	VMOVUPS     120(SP), Y4
 	VSUBPS      Y4, Y3, Y3
+	VMOVUPS     expLog2e<>+0(SB), Y4
+	VMULPS      Y4, Y2, Y2
+	VMULPS      Y4, Y3, Y3
 	VMOVUPS     exp2MinFast<>+0(SB), Y8
 	VMAXPS      Y2, Y8, Y2
 	VMAXPS      Y3, Y8, Y3

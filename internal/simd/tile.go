@@ -58,9 +58,6 @@ func checkGemmPanels(m, n, k, la, ar, ac, lb, pb, lc, pc int) {
 
 // OnlineSoftmax does one step of the online softmax of attention on np
 // panels of Panel queries each, with the queries along the vector lanes.
-// Logits are in base 2 (the caller scales the queries by log2 e as well):
-// the weight of a logit x is 2^(x - m), and m and l are the maximum and
-// the sum in those units, the log-sum-exp being (m + log2 l)·ln 2.
 //
 // Panel q holds the logits of queries x = q·Panel … q·Panel+Panel-1
 // against n keys, key after key: the logit of key j for query x is
@@ -69,9 +66,9 @@ func checkGemmPanels(m, n, k, la, ar, ac, lb, pb, lc, pc int) {
 //
 //	mx = max(m[x], the largest visible logit),
 //	ms = mx, or 0 where mx is -Inf,
-//	c  = 2^(m[x] - ms),
+//	c  = exp(m[x] - ms),
 //
-// OnlineSoftmax sets each visible logit to 2^(logit - ms) and every
+// OnlineSoftmax sets each visible logit to exp(logit - ms) and every
 // other one to 0, l[x] to l[x]·c plus the sum of the panel's new values
 // for x, and m[x] to mx; and where c is not 1 for some query of a
 // panel, it multiplies that panel's accumulator rows by the queries'
@@ -79,12 +76,13 @@ func checkGemmPanels(m, n, k, la, ar, ac, lb, pb, lc, pc int) {
 // that has seen no key (m = -Inf, l = 0) and sees none now keeps m =
 // -Inf and l = 0, with c = 0: nothing becomes NaN.
 //
-// The exponentials are 2^(x - ms), by a degree-5 polynomial within about
-// 2 ulp of the exact 2^ of the rounded difference; with the rounding of
-// that difference the relative error is below 3e-7 + 6e-8·|x - ms|.
-// Arguments below -127 give 0, -Inf gives exactly 0 and 0 exactly 1. A
-// NaN logit makes its query's l NaN (its m may or may not be NaN).
-// Logits above ms + 127 (which the maximum rules out) are not supported.
+// The exponentials are 2^((x - ms)·log2 e), by a degree-5 polynomial
+// within about 2 ulp of the exact 2^ of the rounded product; with the
+// rounding of that product the relative error is below 3e-7 +
+// 6e-8·|x - ms|. Arguments below -127/log2 e (about -88.03) give 0,
+// -Inf gives exactly 0 and 0 exactly 1. A NaN logit makes its query's l
+// NaN (its m may or may not be NaN). Logits above ms + 88 (which the
+// maximum rules out) are not supported.
 //
 // OnlineSoftmax panics if a size is negative, a panel stride is too
 // short (ps < Panel·n or pacc < Panel·dacc where np > 1) or a slice is
@@ -133,11 +131,11 @@ func checkOnlineSoftmax(ls, ps, n, np, llim, lm, ll, lacc, pacc, dacc int) {
 // maximum of the logits as it stores them, saving the softmax's first
 // pass; results may differ from the three calls in the order of
 // additions only, and in one more: the exponentials of the assembly add
-// 2^n into the exponent field as an integer, so that a logit 126 or more
-// below its query's maximum weighs some value below 2^-126 instead of
-// exactly 0 (the tile is unmasked: its logits are finite, and such a
-// weight is lost next to the maximum's 1). On return st holds the last
-// panel's probabilities.
+// 2^n into the exponent field as an integer, so that a logit 126/log2 e
+// (87.3) or more below its query's maximum weighs some value below
+// 2^-126 instead of exactly 0 (the tile is unmasked: its logits are
+// finite, and such a weight is lost next to the maximum's 1). On return
+// st holds the last panel's probabilities.
 //
 // pfk and pfv are hints, which may be nil: memory (in practice the keys
 // and values of the next tile) that the assembly prefetches into the L2

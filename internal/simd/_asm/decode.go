@@ -57,10 +57,7 @@ func gemm16() {
 // values where the split has one, ran the decode step's 4 × 16 blocks at
 // about 70% of the FMA peak, the split at about 88%.
 func gemm16Kernel(name string, ke kElem, split bool, doc ...string) {
-	bType := "[]uint16"
-	if ke.size == 4 {
-		bType = "[]float32"
-	}
+	bType := map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size]
 	TEXT(name, NOSPLIT, "func(m, n, k int, a []float32, lda int, b "+bType+", ldb int, c []float32, ldc int, accumulate bool, pf "+bType+")")
 	Pragma("noescape")
 	Doc(doc...)
@@ -79,7 +76,7 @@ func gemm16Kernel(name string, ke kElem, split bool, doc ...string) {
 	g.ldb = Load(Param("ldb"), GP64())
 	g.ldc = Load(Param("ldc"), GP64())
 	SHLQ(U8(2), g.lda)
-	SHLQ(U8(map[int]uint8{4: 2, 2: 1}[ke.size]), g.ldb)
+	shlSize(g.ldb, ke.size)
 	SHLQ(U8(2), g.ldc)
 
 	Label("rows6")
@@ -239,7 +236,9 @@ func (g gemmRegs) panel16(r, w int, pre string, ke kElem, bPanel, cp Register, p
 	SUBQ(U8(kUnroll), kk)
 	JL(LabelRef(pre + "k1"))
 	Label(pre + "k4")
-	pf.next(2)
+	// As many lines as the pass reads of a 16-bit B (half those of a
+	// float32 one); one, the pass's, for an 8-bit B.
+	pf.next(min(2, ke.size))
 	for u := 0; u < kUnroll; u++ {
 		step(u%sets, 4*u)
 	}

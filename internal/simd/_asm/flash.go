@@ -298,13 +298,18 @@ func gemmPanels() {
 }
 
 // softmaxStep emits the part of the online softmax of one panel that
-// follows the maximum, on base-2 logits: given mx (the new maximum of
-// the 16 queries, m included) it sets ms = mx, or 0 where mx is -Inf (a
-// query that has seen no key yet, so that 2^(x - ms) is 0 for x = -Inf
-// and never NaN), c = 2^(m - ms), l = l·c, m = mx, rescales the panel's
-// accumulator rows when some c is not 1, replaces the n logits (rows of
-// 16 at s) by their exponentials (exp2LanesFast's when fast is set) and
-// adds their sum to l.
+// follows the maximum: given mx (the new maximum of the 16 queries,
+// m included) it sets ms = mx, or 0 where mx is -Inf (a query that has
+// seen no key yet, so that 2^((x - ms)·log2 e) is 0 for x = -Inf and
+// never NaN), c = 2^((m - ms)·log2 e), l = l·c, m = mx, rescales the
+// panel's accumulator rows when some c is not 1, replaces the n logits
+// (rows of 16 at s) by their exponentials (exp2LanesFast's when fast is
+// set) and adds their sum to l. The difference x - ms is taken before
+// the multiply by log2 e, so that it is exact for the large logits of
+// keys near the maximum; folding log2 e into the queries instead would
+// save the multiply but round every query element, an error of about
+// |x|·2^-24 in each logit (1e-3 at the logits of 1.6e4 of flash's
+// TestLargeLogits, whose output error it took from 1e-7 to 1.5e-5).
 func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc Op, fast bool) {
 	ms := newYMMs(2)
 	clamp := YMM()
@@ -321,6 +326,7 @@ func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc
 		c := YMM()
 		VMOVUPS(Mem{Base: mp, Disp: 32 * h}, c)
 		VSUBPS(ms[h], c, c)
+		VMULPS(expLog2e, c, c)
 		exp2Vec(c, clamp)
 		VMOVUPS(mx[h], Mem{Base: mp, Disp: 32 * h})
 		lv := YMM()
@@ -375,6 +381,11 @@ func softmaxStep(pre string, mx [2]VecVirtual, mp, lp, accp, s Register, n, dacc
 			for i := h; i < len(ts); i += 2 {
 				VSUBPS(msr, ts[i], ts[i])
 			}
+		}
+		lg := YMM()
+		VMOVUPS(expLog2e, lg)
+		for _, t := range ts {
+			VMULPS(lg, t, t)
 		}
 		if fast {
 			exp2LanesFast(ts)
@@ -721,14 +732,15 @@ func exp2Lanes(ts []VecVirtual, clamp VecVirtual) {
 }
 
 // exp2LanesFast is exp2Lanes for the unmasked tiles of AttendPanels, with
-// two fewer instructions on the FMA ports a vector (the softmax's
-// bottleneck on Zen 3: its exponentials ran 28% faster): 2^n is added
+// one fewer instruction on the FMA ports a vector (which bound the
+// softmax on Zen 3): 2^n is added
 // into the exponent field of 2^r as an integer, n << 23, rather than
 // multiplied in. t is clamped at -126 so that the sum never reaches
 // below the smallest exponent: a lane at or below -126 gives a value in
 // [0, 2^-126), not exactly 0, which a tile whose logits are all finite
 // cannot tell from 0 next to its maximum's 1 (-Inf logits, the masks,
-// go through exp2Lanes). t must not exceed 127; NaN stays NaN.
+// go through exp2Lanes). t must not exceed 127; NaN stays NaN. It gives
+// the bits of exp2Lanes wherever that result is a normal float32.
 func exp2LanesFast(ts []VecVirtual) {
 	ks, ps := newYMMs(len(ts)), newYMMs(len(ts))
 	c := YMM()

@@ -160,7 +160,26 @@ var (
 	}, false}
 	// kF16 converts 8 binary16 values with F16C, exactly.
 	kF16 = kElem{2, func(m Mem, v VecVirtual) { VCVTPH2PS(m, v) }, false}
+	// kI8 sign-extends 8 int8 values to 32-bit lanes (VPMOVSXBD reads 8
+	// bytes) and converts them to float32, exactly.
+	kI8 = kElem{1, func(m Mem, v VecVirtual) {
+		VPMOVSXBD(m, v)
+		VCVTDQ2PS(v, v)
+	}, false}
 )
+
+// log2Size returns log2 of size, an element size of 1, 2 or 4 bytes:
+// the shift that turns a count of elements into bytes.
+func log2Size(size int) uint8 {
+	return map[int]uint8{1: 0, 2: 1, 4: 2}[size]
+}
+
+// shlSize multiplies r, a count of elements of size bytes, by size.
+func shlSize(r Register, size int) {
+	if sh := log2Size(size); sh > 0 {
+		SHLQ(U8(sh), r)
+	}
+}
 
 // dotRows emits dotRowsAVX2 and its variants with 16-bit keys widened in
 // registers, dotRowsBF16AVX2 and dotRowsF16AVX2: the same code but for the
@@ -346,9 +365,9 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem
 	qs := 4 / ke.size
 	c := Load(Param("d"), GP64())
 	SHRQ(U8(3), c)
-	SHLQ(U8(map[int]uint8{4: 5, 2: 4}[ke.size]), c)
+	SHLQ(U8(3+log2Size(ke.size)), c)
 	ldk := Load(Param("ldk"), GP64())
-	SHLQ(U8(map[int]uint8{4: 2, 2: 1}[ke.size]), ldk)
+	shlSize(ldk, ke.size)
 	kq := make([]Register, J)
 	for i := range kq {
 		kq[i] = GP64()
@@ -419,9 +438,9 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem
 
 	// The d%8 last columns, with masked loads that leave 0 in the other
 	// lanes and read nothing past the rows; one vector of q and one of k
-	// at a time, as the mask takes a register. 16-bit keys have no
-	// masked load: their d%8 last values are copied one by one to the
-	// zeroed buf, read from there.
+	// at a time, as the mask takes a register. 16-bit and 8-bit keys
+	// have no masked load: their d%8 last values are copied one by one to
+	// the zeroed buf, read from there.
 	Label(pre + "tail")
 	rem := Load(Param("d"), GP64())
 	ANDQ(U8(7), rem)
@@ -439,8 +458,13 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem
 			ANDQ(U8(7), e)
 			t := GP32()
 			Label(fmt.Sprintf("%scopy%d", pre, i))
-			MOVWLZX(Mem{Base: kq[i], Index: e, Scale: 2, Disp: -2}, t)
-			MOVW(t.As16(), buf.Idx(e, 2).Offset(-2))
+			if ke.size == 1 {
+				MOVBLZX(Mem{Base: kq[i], Index: e, Scale: 1, Disp: -1}, t)
+				MOVB(t.As8(), buf.Idx(e, 1).Offset(-1))
+			} else {
+				MOVWLZX(Mem{Base: kq[i], Index: e, Scale: 2, Disp: -2}, t)
+				MOVW(t.As16(), buf.Idx(e, 2).Offset(-2))
+			}
 			DECQ(e)
 			JNZ(LabelRef(fmt.Sprintf("%scopy%d", pre, i)))
 			ke.load(buf, kv)
