@@ -14,7 +14,7 @@ import (
 // bytes of K and V read per second.
 func BenchmarkAttend(b *testing.B) {
 	const h, d = 32, 128
-	for _, dt := range []DType{F32, BF16, F16} {
+	for _, dt := range []DType{F32, BF16, F16, I8} {
 		for _, hkv := range []int{8, 1} {
 			for _, n := range []int{1024, 16384, 65536} {
 				b.Run(fmt.Sprintf("%v/hkv%d/len%d", dt, hkv, n), func(b *testing.B) {
@@ -37,6 +37,9 @@ func BenchmarkAttend(b *testing.B) {
 						}
 					}
 					bytes := float64(2 * hkv * n * d * dt.Size())
+					if dt == I8 {
+						bytes += float64(2 * hkv * n * 4) // the scales
+					}
 					b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 				})
 			}

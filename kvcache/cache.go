@@ -3,6 +3,7 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/attnkit/attn"
@@ -16,6 +17,9 @@ const (
 	F32  DType = iota // float32
 	BF16              // bfloat16: float32's range, 8 bits of precision
 	F16               // IEEE binary16: 11 bits of precision, |x| < 65520
+	// I8 stores each row of K and of V as int8 codes and one float32
+	// scale, max|x|/127: each value is within scale/2 of code·scale.
+	I8
 )
 
 func (t DType) String() string {
@@ -26,26 +30,32 @@ func (t DType) String() string {
 		return "bf16"
 	case F16:
 		return "f16"
+	case I8:
+		return "i8"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(t))
 }
 
-// Size returns the bytes per element.
+// Size returns the bytes per element (for I8, not counting the float32
+// scale of each row).
 func (t DType) Size() int {
-	if t == F32 {
+	switch t {
+	case F32:
 		return 4
+	case I8:
+		return 1
 	}
 	return 2
 }
 
-// ParseDType parses "f32", "bf16" or "f16".
+// ParseDType parses "f32", "bf16", "f16" or "i8".
 func ParseDType(s string) (DType, error) {
-	for _, t := range []DType{F32, BF16, F16} {
+	for _, t := range []DType{F32, BF16, F16, I8} {
 		if t.String() == s {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown element type %q (want f32, bf16 or f16)", attn.ErrInput, s)
+	return 0, fmt.Errorf("%w: unknown element type %q (want f32, bf16, f16 or i8)", attn.ErrInput, s)
 }
 
 // ErrFull is wrapped by the error of an append past Config.MaxLen.
@@ -78,6 +88,8 @@ type Cache struct {
 	n      int // positions appended so far
 	kf, vf []float32
 	kh, vh []uint16
+	kq, vq []int8    // I8 codes
+	ks, vs []float32 // I8 scales, [B][Hkv][capacity]: row r's is ks[r/stride]
 }
 
 // New returns an empty cache.
@@ -91,7 +103,7 @@ func New(cfg Config) (*Cache, error) {
 		}
 	}
 	switch {
-	case cfg.DType > F16:
+	case cfg.DType > I8:
 		return nil, fmt.Errorf("%w: kvcache element type %v", attn.ErrInput, cfg.DType)
 	case cfg.Capacity < 0 || cfg.MaxLen < 0 || cfg.Window < 0 || cfg.Sinks < 0:
 		return nil, fmt.Errorf("%w: kvcache Capacity, MaxLen, Window and Sinks must be >= 0", attn.ErrInput)
@@ -127,9 +139,14 @@ func (c *Cache) Len() int { return c.n }
 // at most Sinks+Window with one.
 func (c *Cache) Held() int { return min(c.n, c.cap) }
 
-// Bytes returns the memory the keys and values occupy.
+// Bytes returns the memory the keys and values occupy (with I8, their
+// scales included).
 func (c *Cache) Bytes() int {
-	return 2 * c.cfg.B * c.cfg.HKV * c.cap * c.stride * c.cfg.DType.Size()
+	rows := 2 * c.cfg.B * c.cfg.HKV * c.cap
+	if c.cfg.DType == I8 {
+		return rows * (c.stride + 4)
+	}
+	return rows * c.stride * c.cfg.DType.Size()
 }
 
 // Reset empties the cache, keeping its memory.
@@ -138,7 +155,21 @@ func (c *Cache) Reset() { c.n = 0 }
 // alloc makes room for rows positions per head, keeping what is stored.
 func (c *Cache) alloc(rows int) {
 	heads := c.cfg.B * c.cfg.HKV
-	if c.cfg.DType == F32 {
+	switch c.cfg.DType {
+	case I8:
+		n := heads * rows * c.stride
+		nk, nv := alignedI8(n), alignedI8(n)
+		nks, nvs := make([]float32, heads*rows), make([]float32, heads*rows)
+		for h := range heads {
+			if c.kq != nil {
+				copy(nk[h*rows*c.stride:], c.kq[h*c.cap*c.stride:][:c.Held()*c.stride])
+				copy(nv[h*rows*c.stride:], c.vq[h*c.cap*c.stride:][:c.Held()*c.stride])
+				copy(nks[h*rows:], c.ks[h*c.cap:][:c.Held()])
+				copy(nvs[h*rows:], c.vs[h*c.cap:][:c.Held()])
+			}
+		}
+		c.kq, c.vq, c.ks, c.vs = nk, nv, nks, nvs
+	case F32:
 		nk, nv := alignedF32(heads*rows*c.stride), alignedF32(heads*rows*c.stride)
 		for h := range heads {
 			if c.kf != nil {
@@ -147,7 +178,7 @@ func (c *Cache) alloc(rows int) {
 			}
 		}
 		c.kf, c.vf = nk, nv
-	} else {
+	default:
 		nk, nv := alignedU16(heads*rows*c.stride), alignedU16(heads*rows*c.stride)
 		for h := range heads {
 			if c.kh != nil {
@@ -170,6 +201,12 @@ func alignedF32(n int) []float32 {
 func alignedU16(n int) []uint16 {
 	buf := make([]uint16, n+32)
 	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 2
+	return buf[off : off+n : off+n]
+}
+
+func alignedI8(n int) []int8 {
+	buf := make([]int8, n+64)
+	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64
 	return buf[off : off+n : off+n]
 }
 
@@ -248,5 +285,49 @@ func (c *Cache) store(row int, k, v []float32) {
 			c.kh[row+i] = half.F32ToF16(k[i])
 			c.vh[row+i] = half.F32ToF16(v[i])
 		}
+	case I8:
+		c.ks[row/c.stride] = quantize(c.kq[row:][:len(k)], k)
+		c.vs[row/c.stride] = quantize(c.vq[row:][:len(v)], v)
 	}
+}
+
+// quantize sets q to the int8 codes of x, symmetric with the scale it
+// returns, max|x|/127: q[i] = round(x[i]/scale), ties to even (the
+// quotient taken as x[i]·(1/scale) in float64), so that x[i] is within
+// scale/2 of q[i]·scale. A row of zeros has scale 0 and zero codes.
+//
+// The scale is max|x|/127 rounded to float32, then one step up if that
+// fell below max|x|/127, so that the largest value's code is 127 without
+// clamping: for a subnormal scale (max|x| < 2^-119) the step is a large
+// part of it, and a scale of 0 (max|x|/127 under the smallest float32)
+// would lose the row. Only where 127·scale would overflow to Inf (max|x|
+// within an ulp of the largest float32) is it one step down instead, and
+// the code clamped to ±127. A row holding Inf or NaN has scale NaN and
+// zero codes, and NaN propagates through attention as it would in
+// float32.
+func quantize(q []int8, x []float32) float32 {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	switch {
+	case amax == 0:
+		clear(q)
+		return 0
+	case !(amax <= math.MaxFloat32): // Inf or NaN
+		clear(q)
+		return float32(math.NaN())
+	}
+	scale := amax / 127
+	if float64(scale)*127 < float64(amax) {
+		scale = math.Nextafter32(scale, float32(math.Inf(1)))
+	}
+	if math.IsInf(float64(scale*127), 0) {
+		scale = math.Nextafter32(scale, 0)
+	}
+	inv := 1 / float64(scale)
+	for i, v := range x {
+		q[i] = int8(max(-127, min(127, math.RoundToEven(float64(v)*inv))))
+	}
+	return scale
 }

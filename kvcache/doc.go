@@ -5,10 +5,21 @@
 //
 // One Cache serves one attention layer: K and V are each
 // [B][Hkv][capacity][stride] with stride = D rounded up so that every row
-// starts on a 64-byte boundary. Elements are float32, bfloat16 or binary16
-// (DType); compact elements are widened inside the kernel, one tile at a
-// time, never ahead of it. Capacity grows by doubling, so appending T
-// positions one by one copies O(T) elements in all.
+// starts on a 64-byte boundary. Elements are float32, bfloat16, binary16
+// or int8 (DType); compact elements are widened inside the kernel, one
+// tile at a time, never ahead of it. Capacity grows by doubling, so
+// appending T positions one by one copies O(T) elements in all.
+//
+// I8 quantises each stored row of K and of V on its own, symmetrically:
+// scale = max|x|/127, code = round(x/scale), and keeps the float32 scale
+// of each row beside the codes ([B][Hkv][capacity] for K and for V), so
+// every value is within scale/2 of code·scale: 1 byte an element plus 4
+// a row (1.03 bytes at D = 128, against 2 for bf16), for a relative error
+// of about 0.9% in the attention output on Gaussian inputs (bf16: 0.24%).
+// The streaming decode kernels read the codes and apply the scales to the
+// scores and to the probabilities, one multiply a key rather than one a
+// value; the fused tile path widens a block of codes times their scales
+// to float32.
 //
 // # Attention
 //
@@ -23,8 +34,10 @@
 // mask.
 //
 // A decode step streams the cache, and small groups (Hkv = 8 of H = 32)
-// are bound by memory: their kernels read 16-bit rows in place and
-// prefetch the next block as they compute. Large groups (more than 15
+// are bound by memory: their kernels read 16-bit and int8 rows in place
+// and prefetch the next block as they compute (int8 rows, half the bytes
+// of 16-bit ones, leave the step bound by the kernels' arithmetic on 2
+// cores of Zen 3). Large groups (more than 15
 // query heads a KV head, such as MQA with H = 32) do 2·H/Hkv flops for
 // every value read, too many for memory to be the limit on a machine of
 // 200 GFLOP/s and 25 GB/s; their query rows fill the panels of the fused

@@ -21,7 +21,7 @@ type fusedDecode struct {
 	acc  []float32 // [np][D][Panel] unnormalised output
 	st   []float32 // [decodeBlock][Panel] one panel's logits
 	m, l []float32 // running max and sum per query row
-	kb   []float32 // [decodeBlock][stride] widened keys of a 16-bit cache
+	kb   []float32 // [decodeBlock][stride] widened keys of a 16-bit or int8 cache
 	vb   []float32 // the same for values
 	off  []int
 	inv  []float32
@@ -80,15 +80,20 @@ func (f *fusedDecode) span(c *Cache, q []float32, scale float32, bh, lo, hi int,
 			}
 		default:
 			n := nb * st
-			if c.cfg.DType == BF16 {
+			switch c.cfg.DType {
+			case BF16:
 				simd.WidenBF16(f.kb[:n], c.kh[at:][:n])
 				simd.WidenBF16(f.vb[:n], c.vh[at:][:n])
-			} else {
+			case F16:
 				simd.WidenF16(f.kb[:n], c.kh[at:][:n])
 				simd.WidenF16(f.vb[:n], c.vh[at:][:n])
+			case I8:
+				// Dequantised: each row's codes times its scale.
+				simd.WidenI8(f.kb[:n], c.kq[at:][:n], c.ks[at/st:][:nb], st)
+				simd.WidenI8(f.vb[:n], c.vq[at:][:n], c.vs[at/st:][:nb], st)
 			}
 			k, v = f.kb[:(nb-1)*st+d], f.vb[:(nb-1)*st+d]
-			// No prefetch hints: a 16-bit block is read in one
+			// No prefetch hints: a 16-bit or int8 block is read in one
 			// sequential pass, which the hardware prefetcher follows
 			// (hints for the next block measured no different).
 		}

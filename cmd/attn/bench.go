@@ -103,7 +103,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	d := fs.Int("d", 64, "head size")
 	var causal causalFlag
 	fs.Var(&causal, "causal", "causal rows only (-causal=false: non-causal only; unset: both)")
-	dtype := fs.String("dtype", "f32", "storage type of K and V: f32, or for decode bf16 or f16")
+	dtype := fs.String("dtype", "f32", "storage type of K and V: f32, or for decode bf16, f16 or i8 (int8, a float32 scale a row)")
 	reps := fs.Int("reps", 5, "timed calls per row after one warm-up (median reported)")
 	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
 	seed := fs.Uint64("seed", 1, "seed for inputs and randomised mechanisms")

@@ -301,7 +301,7 @@ func TestBenchErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-mech", "nope"}, "unknown mechanism"},
-		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16 or f16"},
+		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16, f16 or i8"},
 		{[]string{"-mode", "decode", "-hkv", "3"}, "not a multiple"},
 		{[]string{"-mode", "train"}, "want prefill or decode"},
 		{[]string{"-dtype", "bf16"}, "f32 only"},
@@ -417,5 +417,34 @@ func TestBenchDecode(t *testing.T) {
 		if !ran[k] {
 			t.Errorf("no decode row for hkv/dtype/n %s; ran %v", k, ran)
 		}
+	}
+}
+
+// TestBenchDecodeI8 runs the decode sweep with int8 storage: selectable
+// with -dtype, its rows carry the dtype, a read rate and an error within
+// the int8 rounding of the cache (about 1% on Gaussian inputs).
+func TestBenchDecodeI8(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-dtype", "i8", "-probe=false", "-n", "40,130", "-h", "8", "-d", "24",
+		"-reps", "1", "-out", dir, "-accuracy-n", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res, err := eval.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, r := range res.Rows {
+		if r.Skipped != "" {
+			continue
+		}
+		ran++
+		if r.DType != "i8" || r.GBps <= 0 || r.Seconds <= 0 || r.RelErr == nil || *r.RelErr > 3e-2 {
+			t.Errorf("decode row %+v", r)
+		}
+	}
+	if ran != 4 { // Hkv 8 and 1, two lengths
+		t.Errorf("%d decode rows ran, want 4", ran)
 	}
 }

@@ -16,7 +16,9 @@ import (
 // decodeDefaults sets what `attn bench -mode decode` sweeps when the flags
 // do not say: one query per head (H = 32, D = 128) against caches of 1k to
 // 64k positions, MHA-like Hkv = 8 and MQA Hkv = 1, float32 and bfloat16
-// storage (head counts that do not divide H are left out). set holds the flags given on the command line.
+// storage (-dtype picks one of f32, bf16, f16 and i8 instead; head counts
+// that do not divide H are left out). set holds the flags given on the
+// command line.
 func decodeDefaults(cfg *benchConfig, set map[string]bool) error {
 	if !set["n"] {
 		cfg.ns = []int{1024, 4096, 16384, 65536}
@@ -48,7 +50,7 @@ func decodeDefaults(cfg *benchConfig, set map[string]bool) error {
 	}
 	for _, t := range cfg.dtypes {
 		if _, err := kvcache.ParseDType(t); err != nil {
-			return fmt.Errorf("-dtype %q: want f32, bf16 or f16", t)
+			return fmt.Errorf("-dtype %q: want f32, bf16, f16 or i8", t)
 		}
 	}
 	for _, hkv := range cfg.hkvs {
@@ -89,7 +91,7 @@ func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, err
 					}
 					sw.prog.begin(fmt.Sprintf("decode %s hkv=%d %s n=%d", mech.name, hkv, dtype, n))
 					inputs := float64(4 * (2*s.KVLen() + 2*s.QLen()))
-					cache := float64(2*s.KVLen()) * float64(dt.Size())
+					cache := float64(kvBytes(s, dt))
 					switch {
 					case mech.name != "exact":
 						row.Skipped = "the decode benchmark times exact attention from the KV cache only"
@@ -140,11 +142,22 @@ func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, s attn.Shape, dt 
 	if err := sw.measure(ctx, row, func() error { return c.Attend(ctx, s.H, q, o, out, lse) }); err != nil || row.Skipped != "" {
 		return err
 	}
-	row.GBps = float64(2*s.KVLen()*dt.Size()) / row.Seconds / 1e9
+	row.GBps = float64(kvBytes(s, dt)) / row.Seconds / 1e9
 	row.GFlops = eval.GFlops(eval.ExactFlops(s, false), row.Seconds)
 	e := ref.RelErr(out, want)
 	row.RelErr = &e
 	return nil
+}
+
+// kvBytes is the size of the keys and values of a cache of type dt for
+// shape s, which a decode step reads: with i8, the codes and the float32
+// scale of each row.
+func kvBytes(s attn.Shape, dt kvcache.DType) int {
+	n := 2 * s.KVLen() * dt.Size()
+	if dt == kvcache.I8 {
+		n += 2 * s.B * s.HKV * s.M * 4
+	}
+	return n
 }
 
 func widen(x []float32) []float64 {

@@ -484,3 +484,55 @@ func BenchmarkGemm16(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkI8 runs the two products of a decode step's block (rows query
+// rows, 64 keys, d values, in L1) on int8 rows next to bfloat16 ones:
+// DotRowsI8 against DotRowsBF16, GemmI8 against GemmBF16, and WidenI8
+// against WidenBF16. It reports the share of FMAPeak (2·rows·64·d flops a
+// product) and ns a call.
+func BenchmarkI8(b *testing.B) {
+	const n = 64
+	r := rand.New(rand.NewPCG(21, 22))
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		for _, rows := range []int{1, 4, 8, 32} {
+			for _, d := range []int{64, 128} {
+				q := randSlice(r, rows*d, -1, 1)
+				p := randSlice(r, rows*n, 0, 1)
+				k16 := make([]uint16, n*d)
+				k8 := randCodes(r, n*d)
+				for i, x := range randSlice(r, n*d, -1, 1) {
+					k16[i] = half.F32ToBF16(x)
+				}
+				sc := randSlice(r, n, 0, 1)
+				s := make([]float32, rows*n)
+				acc := make([]float32, rows*d)
+				w := make([]float32, n*d)
+				for _, kern := range []struct {
+					name string
+					call func()
+				}{
+					{"DotRowsBF16", func() { impl.dotRowsBF16(s, n, q, d, rows, k16, d, n, d) }},
+					{"DotRowsI8", func() { impl.dotRowsI8(s, n, q, d, rows, k8, d, n, d) }},
+					{"GemmBF16", func() { impl.gemmBF16(rows, d, n, p, n, k16, d, acc, d, true, nil) }},
+					{"GemmI8", func() { impl.gemmI8(rows, d, n, p, n, k8, d, acc, d, true, nil) }},
+					{"WidenBF16", func() { impl.widenBF16(w, k16) }},
+					{"WidenI8", func() { impl.widenI8(w, k8, sc, d) }},
+				} {
+					if rows > 1 && kern.name[:5] == "Widen" {
+						continue
+					}
+					b.Run(fmt.Sprintf("%s/rows%dd%d", kern.name, rows, d), func(b *testing.B) {
+						for b.Loop() {
+							kern.call()
+						}
+						b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/call")
+						if kern.name[:5] != "Widen" {
+							flops := float64(2 * rows * n * d)
+							b.ReportMetric(100*flops/bestSeconds(kern.call)/1e9/peakOnce(), "%peak")
+						}
+					})
+				}
+			}
+		}
+	})
+}

@@ -42,19 +42,19 @@ func GemmPF(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32
 // checkGemm8 is checkGemm with n a multiple of 8 instead of Panel.
 func checkGemm8(m, n, k, la, lda, lb, ldb, lc, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
-		panic("simd: GemmBF16, GemmF16 or GemmPF with a negative size")
+		panic("simd: GemmBF16, GemmF16, GemmI8 or GemmPF with a negative size")
 	}
 	if n%8 != 0 {
-		panic("simd: GemmBF16, GemmF16 or GemmPF with n not a multiple of 8")
+		panic("simd: GemmBF16, GemmF16, GemmI8 or GemmPF with n not a multiple of 8")
 	}
 	if m > 0 && n > 0 && (ldc < n || lc < (m-1)*ldc+n) {
-		panic("simd: GemmBF16, GemmF16 or GemmPF with C too short or ldc < n")
+		panic("simd: GemmBF16, GemmF16, GemmI8 or GemmPF with C too short or ldc < n")
 	}
 	if m > 0 && n > 0 && k > 0 && (lda < k || la < (m-1)*lda+k) {
-		panic("simd: GemmBF16, GemmF16 or GemmPF with A too short or lda < k")
+		panic("simd: GemmBF16, GemmF16, GemmI8 or GemmPF with A too short or lda < k")
 	}
 	if m > 0 && n > 0 && k > 0 && (ldb < n || lb < (k-1)*ldb+n) {
-		panic("simd: GemmBF16, GemmF16 or GemmPF with B too short or ldb < n")
+		panic("simd: GemmBF16, GemmF16, GemmI8 or GemmPF with B too short or ldb < n")
 	}
 }
 

@@ -32,6 +32,12 @@ type implementation struct {
 	dotRowsBF16PF func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
 	dotRowsF16PF  func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
 
+	dotRowsI8    func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int)
+	dotRowsI8PF  func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8)
+	gemmI8       func(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
+	widenI8      func(dst []float32, src []int8, scale []float32, ld int) // len(dst) >= len(scale)·ld
+	scaleColumns func(s []float32, lds, rows int, f []float32)
+
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
 	onlineSoftmax func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)
 	attendPanels  func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)
@@ -67,6 +73,12 @@ var genericImpl = implementation{
 	dotRowsPF:     dotRowsPFGeneric,
 	dotRowsBF16PF: dotRowsBF16PFGeneric,
 	dotRowsF16PF:  dotRowsF16PFGeneric,
+
+	dotRowsI8:    dotRowsI8Generic,
+	dotRowsI8PF:  dotRowsI8PFGeneric,
+	gemmI8:       gemmI8Generic,
+	widenI8:      widenI8Generic,
+	scaleColumns: scaleColumnsGeneric,
 
 	gemmPanels:    gemmPanelsGeneric,
 	onlineSoftmax: onlineSoftmaxGeneric,
@@ -110,6 +122,12 @@ var (
 	dotRowsPF     = active.dotRowsPF
 	dotRowsBF16PF = active.dotRowsBF16PF
 	dotRowsF16PF  = active.dotRowsF16PF
+
+	dotRowsI8    = active.dotRowsI8
+	dotRowsI8PF  = active.dotRowsI8PF
+	gemmI8       = active.gemmI8
+	widenI8      = active.widenI8
+	scaleColumns = active.scaleColumns
 
 	gemmPanels    = active.gemmPanels
 	onlineSoftmax = active.onlineSoftmax

@@ -45,6 +45,12 @@ func asmImplementations() []implementation {
 		dotRowsBF16PF: dotRowsBF16PFAVX2,
 		dotRowsF16PF:  dotF16PF,
 
+		dotRowsI8:    dotRowsI8AVX2,
+		dotRowsI8PF:  dotRowsI8PFAVX2,
+		gemmI8:       gemmI8AVX2,
+		widenI8:      widenI8AVX2,
+		scaleColumns: scaleColumnsAVX2,
+
 		gemmPanels:    gemmPanelsAVX2,
 		onlineSoftmax: onlineSoftmaxAVX2,
 		attendPanels:  attendPanelsAVX2,

@@ -4,8 +4,9 @@
 // the attention backward pass (ExpMul), Max, Scale, Dot and Axpy,
 // the kernels of the KV-cache decode step (WidenBF16, WidenF16,
 // DotRows, DotRowsBF16, DotRowsF16, GemmBF16, GemmF16, and DotRowsPF,
-// DotRowsBF16PF, DotRowsF16PF and GemmPF with a prefetch hint), those of
-// the fused attention tile (GemmPanels, OnlineSoftmax,
+// DotRowsBF16PF, DotRowsF16PF and GemmPF with a prefetch hint; for an
+// int8 cache DotRowsI8, DotRowsI8PF, GemmI8, WidenI8 and ScaleColumns),
+// those of the fused attention tile (GemmPanels, OnlineSoftmax,
 // AttendPanels, PanelFromRows, RowsFromPanel), and two probes of the
 // machine (MeasurePeakGFlops, MeasureReadGBps) that reports divide by.
 //
@@ -78,11 +79,21 @@
 // in L1, GemmBF16 runs at about 88% of FMAPeak, 1.6 times as fast as
 // WidenBF16 then Gemm (BenchmarkGemm16).
 //
+// DotRowsI8, DotRowsI8PF and GemmI8 are the same generators again with
+// int8 keys and values, 8 codes widened by VPMOVSXBD from memory and
+// VCVTDQ2PS, exactly; an int8 row's float32 scale is the caller's to
+// apply, once a key with ScaleColumns (to the scores after DotRowsI8, to
+// the probabilities before GemmI8) rather than once a value. In L1 they
+// run at the speed of the bfloat16 kernels: for 4 rows, 64 keys and d =
+// 128, DotRowsI8 at about 69% of FMAPeak and GemmI8 at about 83%
+// (BenchmarkI8). WidenI8 widens whole rows times their scales, for the
+// fused tile kernel.
+//
 // The decode kernels with a prefetch hint (DotRowsPF, DotRowsBF16PF,
-// DotRowsF16PF, GemmBF16, GemmF16 and GemmPF, which is Gemm with n a
-// multiple of 8) issue PREFETCHT0 for lines of the hint as they compute,
-// a line per pass of DotRows over 16 columns of a block of keys and two
-// per 4 steps of k of a Gemm block, so that a decode step fetches the
+// DotRowsF16PF, DotRowsI8PF, GemmBF16, GemmF16, GemmI8 and GemmPF, which
+// is Gemm with n a multiple of 8) issue PREFETCHT0 for lines of the hint
+// as they compute, a line per pass of DotRows over 16 columns of a block
+// of keys and two per 4 steps of k of a Gemm block (one for GemmI8), so that a decode step fetches the
 // next block of keys and values from memory while it computes on this
 // one, where memory would otherwise sit idle. Faster, the prefetches
 // stall the kernels once the core's misses in flight are at their limit.
@@ -123,8 +134,9 @@
 // VUNPCKLPS/VSHUFPS/VPERM2F128 transposes.
 //
 // The kernels do not allocate. Gemm, Exp, ExpMul, Dot, Axpy, WidenBF16,
-// WidenF16, the DotRows kernels, the 16-bit and prefetching Gemm kernels
-// and the tile kernels check their arguments and panic
+// WidenF16, WidenI8, ScaleColumns, the DotRows kernels, the 16-bit, int8
+// and prefetching Gemm kernels and the tile kernels check their arguments
+// and panic
 // on a programming error (a length or stride that does not fit), before
 // any assembly runs.
 //

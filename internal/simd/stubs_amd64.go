@@ -146,3 +146,32 @@ func dotRowsBF16PFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k [
 //
 //go:noescape
 func dotRowsF16PFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// dotRowsI8AVX2 is dotRowsAVX2 with k in int8, widened in registers
+// (see DotRowsI8); the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsI8AVX2(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int)
+
+// dotRowsI8PFAVX2 is dotRowsI8AVX2 prefetching pf a line at a time (see DotRowsI8PF).
+//
+//go:noescape
+func dotRowsI8PFAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int, pf []int8)
+
+// gemmI8AVX2 computes C = A·B or C += A·B with B in int8, widened in registers
+// (see GemmI8). n must be a multiple of 8; the slices must be long enough
+// (the Go caller checks).
+//
+//go:noescape
+func gemmI8AVX2(m int, n int, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
+
+// widenI8AVX2 sets dst[r*ld+i] = float32(src[r*ld+i])·scale[r] for r < len(scale), i < ld;
+// the Go caller checks the sizes.
+//
+//go:noescape
+func widenI8AVX2(dst []float32, src []int8, scale []float32, ld int)
+
+// scaleColumnsAVX2 sets s[r*lds+j] *= f[j] for r < rows, j < len(f); the Go caller checks the sizes.
+//
+//go:noescape
+func scaleColumnsAVX2(s []float32, lds int, rows int, f []float32)

@@ -49,6 +49,10 @@ func main() {
 	expMul()
 	gemm16()
 	dotRowsPF()
+	dotRowsI8()
+	gemmI8()
+	widenI8()
+	scaleColumns()
 
 	Generate()
 	checkRegisters(flag.Lookup("out").Value.String())

@@ -1,0 +1,138 @@
+package simd
+
+// The kernels of the decode step on an int8 KV cache, whose rows are
+// int8 codes with one float32 scale a row (the row is code·scale):
+// DotRowsI8 and GemmI8 widen the codes in registers and leave the scales
+// to the caller (ScaleColumns applies them to a block of scores or
+// probabilities), WidenI8 widens whole rows times their scales.
+
+// DotRowsI8 is DotRows with the keys in int8, widened to float32 as they
+// are read: s[r*lds+j] is the dot product of row r of q with the codes of
+// key row j, and the caller multiplies it by that row's scale (one
+// multiply a score, where applying the scale inside would cost one a
+// value of the row). The scores are those of DotRows on float32(k); it
+// panics as DotRows does.
+func DotRowsI8(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsI8(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+// DotRowsI8PF is DotRowsI8 with the prefetch hint of DotRowsPF.
+func DotRowsI8PF(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	dotRowsI8PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+}
+
+// GemmI8 is GemmBF16 with B in int8, widened to float32 in registers as
+// it is read: C = A·B or C += A·B with B's values float32(b). For the
+// product O += P·V of a decode step on an int8 cache the caller first
+// multiplies column j of P by the scale of value row j, so that
+// Σ_j (p_j·s_j)·b_j is the product with the dequantised values. pf is the
+// prefetch hint of GemmBF16. GemmI8 panics as GemmBF16 does.
+func GemmI8(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8) {
+	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	gemmI8(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+}
+
+// WidenI8 dequantises rows of int8 codes: for each row r < len(scale) of
+// ld values, dst[r*ld+i] = float32(src[r*ld+i])·scale[r], the float32
+// product (one rounding). dst and src must not overlap. It panics if ld
+// is negative or len(dst) != len(src) or len(src) != len(scale)·ld.
+func WidenI8(dst []float32, src []int8, scale []float32, ld int) {
+	if ld < 0 || len(dst) != len(src) || len(src) != len(scale)*ld {
+		panic("simd: WidenI8 with ld < 0, len(dst) != len(src) or len(src) != len(scale)·ld")
+	}
+	widenI8(dst, src, scale, ld)
+}
+
+// ScaleColumns multiplies column j of rows × len(f) matrix s (row stride
+// lds) by f[j]: s[r*lds+j] *= f[j] for r < rows, j < len(f). It applies the
+// scales of an int8 cache's rows to a block of scores (after DotRowsI8) or
+// of probabilities (before GemmI8). It panics if rows is negative, lds <
+// len(f) or s is too short for its rows.
+func ScaleColumns(s []float32, lds, rows int, f []float32) {
+	if rows < 0 {
+		panic("simd: ScaleColumns with rows < 0")
+	}
+	if rows > 0 && len(f) > 0 && (lds < len(f) || len(s) < (rows-1)*lds+len(f)) {
+		panic("simd: ScaleColumns with s too short or lds < len(f)")
+	}
+	scaleColumns(s, lds, rows, f)
+}
+
+// The Go versions.
+
+func scaleColumnsGeneric(s []float32, lds, rows int, f []float32) {
+	if len(f) == 0 {
+		return
+	}
+	for r := range rows {
+		row := s[r*lds:][:len(f)]
+		for j, x := range f {
+			row[j] *= x
+		}
+	}
+}
+
+func widenI8Generic(dst []float32, src []int8, scale []float32, ld int) {
+	for r, f := range scale {
+		d := dst[r*ld:][:ld]
+		for i, c := range src[r*ld:][:ld] {
+			d[i] = float32(c) * f
+		}
+	}
+}
+
+// dotRowsI8Generic widens each key row by chunks of widenChunk values
+// into an array on the stack and adds the dotGeneric of each query row
+// with the chunk to its score, as dotRowsWidened does.
+func dotRowsI8Generic(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	var buf [widenChunk]float32
+	for j := range n {
+		for r := range rows {
+			s[r*lds+j] = 0
+		}
+		for c0 := 0; c0 < d; c0 += widenChunk {
+			w := buf[:min(widenChunk, d-c0)]
+			for i, c := range k[j*ldk+c0:][:len(w)] {
+				w[i] = float32(c)
+			}
+			for r := range rows {
+				s[r*lds+j] += dotGeneric(q[r*ldq+c0:][:len(w)], w)
+			}
+		}
+	}
+}
+
+func dotRowsI8PFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, _ []int8) {
+	dotRowsI8Generic(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+// gemmI8Generic widens each row of B by chunks of widenChunk values into
+// an array on the stack, once, and adds it times A[i][p] to each row i
+// of C with axpyGeneric, as gemm16Generic does.
+func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, _ []int8) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if !accumulate {
+		for i := range m {
+			clear(c[i*ldc:][:n])
+		}
+	}
+	var buf [widenChunk]float32
+	for j0 := 0; j0 < n; j0 += widenChunk {
+		w := buf[:min(widenChunk, n-j0)]
+		for p := range k {
+			for i, x := range b[p*ldb+j0:][:len(w)] {
+				w[i] = float32(x)
+			}
+			for i := range m {
+				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
+			}
+		}
+	}
+}

@@ -1,0 +1,577 @@
+package simd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// guard8 fills the padding of int8 rows and the memory around them: the
+// most negative code, far from the random ones, so that a kernel reading
+// it where it should not changes the results visibly (int8 has no NaN).
+const guard8 = -128
+
+// guarded8 is a slice v of src with guardLen guard8 values on either side
+// in the same array.
+type guarded8 struct {
+	all []int8
+	v   []int8
+}
+
+func guardedCopy8(src []int8) guarded8 {
+	all := make([]int8, len(src)+2*guardLen)
+	for i := range all {
+		all[i] = guard8
+	}
+	v := all[guardLen : guardLen+len(src)]
+	copy(v, src)
+	return guarded8{all: all, v: v}
+}
+
+// unchanged reports any value of g that differs from src or the guard.
+func (g guarded8) unchanged(t *testing.T, src []int8) {
+	t.Helper()
+	for i, v := range g.all {
+		want := int8(guard8)
+		if i >= guardLen && i < guardLen+len(src) {
+			want = src[i-guardLen]
+		}
+		if v != want {
+			t.Fatalf("src changed at offset %d: %d, want %d", i-guardLen, v, want)
+		}
+	}
+}
+
+// randCodes returns n int8 codes, all 256 values possible, -128 and 127
+// among them more often than chance.
+func randCodes(r *rand.Rand, n int) []int8 {
+	x := make([]int8, n)
+	for i := range x {
+		switch r.IntN(16) {
+		case 0:
+			x[i] = -128
+		case 1:
+			x[i] = 127
+		default:
+			x[i] = int8(r.Uint32())
+		}
+	}
+	return x
+}
+
+// TestWidenI8 widens rows of every length of testLengths (and a few row
+// counts) at four alignments of dst, with scales of every kind: 0,
+// subnormal, huge, negative, NaN; each value must be the float32 product
+// of the code and its row's scale, bit for bit.
+func TestWidenI8(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	scales := []float32{1, 0, 0x1p-140, 3e36, -0.75, float32(math.NaN()), float32(math.Inf(1))}
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, ld := range testLengths {
+			for _, rows := range []int{0, 1, 2, 3, 7} {
+				for off := range 4 {
+					src := randCodes(r, rows*ld)
+					sc := make([]float32, rows)
+					for i := range sc {
+						sc[i] = scales[r.IntN(len(scales))] * (0.5 + r.Float32())
+					}
+					g := guardedCopy8(src)
+					scg := guardedCopy(sc)
+					dst := newGuarded(rows*ld + off)
+					impl.widenI8(dst.v[off:], g.v, scg.v, ld)
+					name := fmt.Sprintf("ld=%d rows=%d off=%d", ld, rows, off)
+					dst.check(t, name)
+					scg.check(t, name+" scale")
+					g.unchanged(t, src)
+					for i := range off {
+						if math.Float32bits(dst.v[i]) != math.Float32bits(guard) {
+							t.Fatalf("%s: dst[%d] before the slice written", name, i)
+						}
+					}
+					for i, c := range src {
+						want := float32(c) * sc[i/ld]
+						if got := dst.v[off+i]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s: [%d] = %d·%v: got %v, want %v", name, i, c, sc[i/ld], got, want)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestScaleColumns runs ScaleColumns on every width of testLengths (up
+// to 257), a few row counts and tight and padded strides: each element
+// of the rows must be the float32 product of the old one and its
+// column's factor, the padding between the rows and the memory around s
+// and f untouched.
+func TestScaleColumns(t *testing.T) {
+	r := rand.New(rand.NewPCG(49, 50))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, n := range testLengths {
+			if n > 257 {
+				continue
+			}
+			for _, rows := range []int{0, 1, 2, 3, 5} {
+				for _, pad := range []int{0, 3} {
+					lds := n + pad
+					size := 0
+					if rows > 0 {
+						size = (rows-1)*lds + n
+					}
+					s0 := randSlice(r, size, -4, 4)
+					for i := range s0 {
+						if i%lds >= n {
+							s0[i] = guard
+						}
+					}
+					f := randSlice(r, n, -2, 2)
+					sg, fg := guardedCopy(s0), guardedCopy(f)
+					impl.scaleColumns(sg.v, lds, rows, fg.v)
+					name := fmt.Sprintf("n=%d rows=%d lds=%d", n, rows, lds)
+					sg.check(t, name+" s")
+					fg.check(t, name+" f")
+					for i, old := range s0 {
+						want := old
+						if i%lds < n {
+							want = old * f[i%lds]
+						}
+						if got := sg.v[i]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s: s[%d] = %v, want %v", name, i, got, want)
+						}
+					}
+					for i, x := range fg.v {
+						if x != f[i] {
+							t.Fatalf("%s: f[%d] changed", name, i)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// dotRowsI8Case is one DotRowsI8 problem: q with NaN in the padding of
+// each row and around it, k with guard8 there, s all guard values before
+// the call.
+type dotRowsI8Case struct {
+	rows, n, d, lds, ldq, ldk int
+	s, q                      guarded
+	k                         guarded8
+	kSrc                      []int8
+}
+
+func newDotRowsI8Case(r *rand.Rand, rows, n, d, lds, ldq, ldk int) *dotRowsI8Case {
+	c := &dotRowsI8Case{rows: rows, n: n, d: d, lds: lds, ldq: ldq, ldk: ldk}
+	size := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	c.s = newGuarded(size(rows, n, lds))
+	c.q = newGuarded(size(rows, d, ldq))
+	for i := range rows {
+		for p := range d {
+			c.q.v[i*ldq+p] = 2*r.Float32() - 1
+		}
+	}
+	c.kSrc = make([]int8, size(n, d, ldk))
+	for i := range c.kSrc {
+		c.kSrc[i] = guard8
+	}
+	codes := randCodes(r, n*d)
+	for j := range n {
+		for p := range d {
+			c.kSrc[j*ldk+p] = codes[j*d+p]
+		}
+	}
+	c.k = guardedCopy8(c.kSrc)
+	return c
+}
+
+func (c *dotRowsI8Case) check(t *testing.T) {
+	t.Helper()
+	c.s.check(t, "s")
+	c.q.check(t, "q")
+	c.k.unchanged(t, c.kSrc)
+	if c.n == 0 {
+		return
+	}
+	for i := range c.rows {
+		for j := range c.lds {
+			if i == c.rows-1 && j >= c.n {
+				break
+			}
+			got := c.s.v[i*c.lds+j]
+			if j >= c.n {
+				if math.Float32bits(got) != math.Float32bits(guard) {
+					t.Fatalf("s padding [%d][%d] written: %v", i, j, got)
+				}
+				continue
+			}
+			var want, abs float64
+			for p := range c.d {
+				v := float64(c.q.v[i*c.ldq+p]) * float64(c.kSrc[j*c.ldk+p])
+				want += v
+				abs += math.Abs(v)
+			}
+			if tol := float64(c.d+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
+				t.Fatalf("s[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
+			}
+		}
+	}
+}
+
+// TestDotRowsI8 runs DotRowsI8 and DotRowsI8PF (with a hint) on the
+// shapes of TestDotRows16: every row count of a block and its tails,
+// every d%8 and d%16, tight and padded strides.
+func TestDotRowsI8(t *testing.T) {
+	rowsList := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16}
+	var ns []int
+	for n := range 18 {
+		ns = append(ns, n)
+	}
+	ns = append(ns, 64, 65)
+	var ds []int
+	for d := range 18 {
+		ds = append(ds, d)
+	}
+	ds = append(ds, 31, 64, 80, 128, 300)
+	hint := make([]int8, 4000)
+	r := rand.New(rand.NewPCG(43, 44))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, pf := range []bool{false, true} {
+			run := func(rows, n, d, lds, ldq, ldk int) {
+				c := newDotRowsI8Case(r, rows, n, d, lds, ldq, ldk)
+				checkDotRows(len(c.s.v), lds, len(c.q.v), ldq, rows, len(c.k.v), ldk, n, d)
+				if pf {
+					impl.dotRowsI8PF(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d, hint)
+				} else {
+					impl.dotRowsI8(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d)
+				}
+				t.Run(fmt.Sprintf("pf=%v rows=%d n=%d d=%d lds=%d ldq=%d ldk=%d", pf, rows, n, d, lds, ldq, ldk), c.check)
+			}
+			for _, rows := range rowsList {
+				for _, n := range ns {
+					for _, d := range ds {
+						// Tight strides, then odd padded ones.
+						run(rows, n, d, n, d, d)
+						run(rows, n, d, n+3, d+5, d+7)
+					}
+				}
+			}
+			run(32, 65, 67, 67, 69, 71)
+			run(4, 64, 128, 64, 128, 128)
+		}
+	})
+}
+
+// TestDotRowsI8Empty checks that empty problems read nothing: with d = 0
+// the scores are 0 whatever q and k are.
+func TestDotRowsI8Empty(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		impl.dotRowsI8(nil, 0, nil, 0, 0, nil, 0, 5, 3)
+		impl.dotRowsI8(nil, 0, nil, 0, 3, nil, 0, 0, 3)
+		s := newGuarded(2*5 + 4)
+		impl.dotRowsI8PF(s.v, 7, nil, 0, 2, nil, 0, 4, 0, nil)
+		s.check(t, "s")
+		for i, v := range s.v {
+			if i%7 >= 4 {
+				if math.Float32bits(v) != math.Float32bits(guard) {
+					t.Errorf("s padding [%d] written", i)
+				}
+			} else if v != 0 {
+				t.Errorf("s[%d] = %v, want 0", i, v)
+			}
+		}
+	})
+}
+
+// gemmI8Case is one GemmI8 problem: A with NaN in the padding of each row
+// and around it, B with guard8 there, C with NaN in its padding and,
+// without accumulate, in its elements too.
+type gemmI8Case struct {
+	m, n, k, lda, ldb, ldc int
+	a, c                   guarded
+	b                      guarded8
+	bSrc                   []int8
+	c0                     []float32
+}
+
+func newGemmI8Case(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool) *gemmI8Case {
+	g := &gemmI8Case{m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc}
+	size := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	g.a = newGuarded(size(m, k, lda))
+	g.c = newGuarded(size(m, n, ldc))
+	for i := range m {
+		for p := range k {
+			g.a.v[i*lda+p] = 2*r.Float32() - 1
+		}
+	}
+	g.bSrc = make([]int8, size(k, n, ldb))
+	for i := range g.bSrc {
+		g.bSrc[i] = guard8
+	}
+	codes := randCodes(r, k*n)
+	for p := range k {
+		for j := range n {
+			g.bSrc[p*ldb+j] = codes[p*n+j]
+		}
+	}
+	g.b = guardedCopy8(g.bSrc)
+	for i := range m {
+		for j := range n {
+			v := guard
+			if accumulate {
+				v = 2*r.Float32() - 1
+			}
+			g.c.v[i*ldc+j] = v
+		}
+	}
+	g.c0 = append([]float32(nil), g.c.v...)
+	return g
+}
+
+// check compares C with the float64 product of A and B (plus C's old
+// value with accumulate), within (k+2)·2^-24 of the sum of the
+// magnitudes of the terms.
+func (g *gemmI8Case) check(t *testing.T, accumulate bool) {
+	t.Helper()
+	g.a.check(t, "A")
+	g.c.check(t, "C")
+	g.b.unchanged(t, g.bSrc)
+	if g.n == 0 {
+		return
+	}
+	for i := range g.m {
+		for j := range g.ldc {
+			if i == g.m-1 && j >= g.n {
+				break
+			}
+			got := g.c.v[i*g.ldc+j]
+			if j >= g.n {
+				if math.Float32bits(got) != math.Float32bits(guard) {
+					t.Fatalf("C padding [%d][%d] written: %v", i, j, got)
+				}
+				continue
+			}
+			var want, abs float64
+			if accumulate {
+				want = float64(g.c0[i*g.ldc+j])
+				abs = math.Abs(want)
+			}
+			for p := range g.k {
+				v := float64(g.a.v[i*g.lda+p]) * float64(g.bSrc[p*g.ldb+j])
+				want += v
+				abs += math.Abs(v)
+			}
+			if tol := float64(g.k+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
+				t.Fatalf("C[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
+			}
+		}
+	}
+}
+
+// TestGemmI8 runs GemmI8 on the shapes of TestGemm16 (m query rows of a
+// group, n = D with an 8-column last panel, k keys not a multiple of the
+// unrolling), tight and padded strides, accumulating or not, with no
+// hint, a short one and one unrelated to the operands.
+func TestGemmI8(t *testing.T) {
+	ms := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 32}
+	ns := []int{0, 8, 16, 24, 40, 72, 128}
+	ks := []int{0, 1, 2, 3, 5, 7, 9, 63, 64, 65}
+	hint := make([]int8, 5000)
+	r := rand.New(rand.NewPCG(45, 46))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, m := range ms {
+			for _, n := range ns {
+				for _, k := range ks {
+					for _, accumulate := range []bool{false, true} {
+						for i, pf := range [][]int8{nil, hint[:3], hint} {
+							pad := [3]int{0, 0, 0}
+							if i == 1 {
+								pad = [3]int{3, 5, 7}
+							}
+							g := newGemmI8Case(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate)
+							checkGemm8(m, n, k, len(g.a.v), g.lda, len(g.b.v), g.ldb, len(g.c.v), g.ldc)
+							impl.gemmI8(m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate, pf)
+							name := fmt.Sprintf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d acc=%v pf=%d", m, n, k, g.lda, g.ldb, g.ldc, accumulate, len(pf))
+							t.Run(name, func(t *testing.T) { g.check(t, accumulate) })
+						}
+					}
+				}
+			}
+		}
+		// The decode step's own call: a [g][64] block of probabilities,
+		// V rows of an int8 cache (stride 128, or 128 for D = 72 too, a
+		// 64-byte multiple), acc rows of the same stride.
+		for _, m := range []int{1, 4, 8, 32} {
+			for _, d := range [][2]int{{128, 128}, {72, 128}} {
+				g := newGemmI8Case(r, m, d[0], 61, 64, d[1], d[1], true)
+				impl.gemmI8(m, d[0], 61, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, true, hint)
+				t.Run(fmt.Sprintf("decode m=%d d=%d", m, d[0]), func(t *testing.T) { g.check(t, true) })
+			}
+		}
+	})
+}
+
+// TestI8Exact checks that DotRowsI8 and GemmI8 agree bit for bit with
+// DotRows and Gemm on the widened codes wherever the sums are exact (small
+// integer q and A), with and without a hint, and WidenI8 with
+// float32(code)·scale.
+func TestI8Exact(t *testing.T) {
+	const m, n, k = 7, 40, 19
+	r := rand.New(rand.NewPCG(47, 48))
+	a := make([]float32, m*k)
+	for i := range a {
+		a[i] = float32(r.IntN(9) - 4)
+	}
+	b := randCodes(r, k*n)
+	bw := make([]float32, k*n)
+	for i, c := range b {
+		bw[i] = float32(c)
+	}
+	// Gemm wants n a multiple of 16: run it on 48 columns of a
+	// zero-padded copy.
+	bp := make([]float32, k*48)
+	for p := range k {
+		copy(bp[p*48:], bw[p*n:][:n])
+	}
+	want := make([]float32, m*48)
+	Gemm(m, 48, k, a, k, bp, 48, want, 48, false)
+	// The scores of m query rows of n small integers against the k rows
+	// of b taken as keys.
+	q := make([]float32, m*n)
+	for i := range q {
+		q[i] = float32(r.IntN(5) - 2)
+	}
+	wantS := make([]float32, m*k)
+	DotRows(wantS, k, q, n, m, bw, n, k, n)
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, pf := range [][]int8{nil, b} {
+			c := make([]float32, m*n)
+			impl.gemmI8(m, n, k, a, k, b, n, c, n, false, pf)
+			for i := range m {
+				for j := range n {
+					if c[i*n+j] != want[i*48+j] {
+						t.Fatalf("GemmI8: C[%d][%d] = %v, want %v", i, j, c[i*n+j], want[i*48+j])
+					}
+				}
+			}
+			s := make([]float32, m*k)
+			impl.dotRowsI8PF(s, k, q, n, m, b, n, k, n, pf)
+			for i, v := range s {
+				if v != wantS[i] {
+					t.Fatalf("DotRowsI8: s[%d] = %v, want %v", i, v, wantS[i])
+				}
+			}
+		}
+	})
+}
+
+// TestI8ArgumentChecks checks the panics of the int8 kernels and runs the
+// exported functions on the implementation in use.
+func TestI8ArgumentChecks(t *testing.T) {
+	s := make([]float32, 100)
+	b := make([]int8, 100)
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"GemmI8 n%8", func() { GemmI8(1, 12, 1, s, 1, b, 12, s, 12, false, nil) }},
+		{"GemmI8 negative", func() { GemmI8(-1, 8, 1, s, 1, b, 8, s, 8, false, nil) }},
+		{"GemmI8 short C", func() { GemmI8(2, 8, 1, s, 1, b, 8, s[:15], 8, false, nil) }},
+		{"GemmI8 short A", func() { GemmI8(2, 8, 4, s[:7], 4, b, 8, s, 8, false, nil) }},
+		{"GemmI8 short B", func() { GemmI8(2, 8, 4, s, 4, b[:31], 8, s, 8, false, nil) }},
+		{"GemmI8 ldb", func() { GemmI8(2, 8, 4, s, 4, b, 7, s, 8, false, nil) }},
+		{"DotRowsI8 lds", func() { DotRowsI8(s, 3, s, 4, 2, b, 4, 4, 4) }},
+		{"DotRowsI8 short k", func() { DotRowsI8(s, 4, s, 4, 2, b[:15], 4, 4, 4) }},
+		{"DotRowsI8PF ldq", func() { DotRowsI8PF(s, 4, s, 3, 2, b, 4, 4, 4, nil) }},
+		{"DotRowsI8PF negative", func() { DotRowsI8PF(s, 4, s, 4, -1, b, 4, 4, 4, nil) }},
+		{"WidenI8 ld", func() { WidenI8(s[:0], b[:0], nil, -1) }},
+		{"WidenI8 dst", func() { WidenI8(s[:7], b[:8], s[:2], 4) }},
+		{"WidenI8 scale", func() { WidenI8(s[:8], b[:8], s[:3], 4) }},
+		{"ScaleColumns rows", func() { ScaleColumns(s, 4, -1, s[:4]) }},
+		{"ScaleColumns lds", func() { ScaleColumns(s, 3, 2, s[:4]) }},
+		{"ScaleColumns short s", func() { ScaleColumns(s[:7], 4, 2, s[:4]) }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", c.name)
+				}
+			}()
+			c.f()
+		}()
+	}
+	// Empty problems need no memory at all; k = 0 clears C.
+	GemmI8(0, 8, 5, nil, 0, nil, 0, nil, 0, false, nil)
+	GemmI8(3, 0, 5, nil, 0, nil, 0, nil, 0, true, nil)
+	c := []float32{guard, guard, guard, guard, guard, guard, guard, guard}
+	GemmI8(1, 8, 0, nil, 0, nil, 0, c, 8, false, nil)
+	for _, v := range c {
+		if v != 0 {
+			t.Fatalf("GemmI8 with k=0 left %v in C, want 0", v)
+		}
+	}
+	WidenI8(nil, nil, nil, 0)
+	WidenI8(nil, nil, s[:3], 0)
+	// The exported functions on the implementation in use.
+	out := make([]float32, 8)
+	GemmI8(1, 8, 2, []float32{2, 3}, 2, []int8{1, -1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, -128}, 8, out, 8, false, nil)
+	if out[0] != 2 || out[1] != 4 || out[7] != -384 {
+		t.Errorf("GemmI8: %v", out)
+	}
+	sc := make([]float32, 2)
+	DotRowsI8(sc, 2, []float32{1, 2}, 2, 1, []int8{3, 4, -5, 127}, 2, 2, 2)
+	if sc[0] != 11 || sc[1] != 249 {
+		t.Errorf("DotRowsI8: %v", sc)
+	}
+	DotRowsI8PF(sc, 2, []float32{1, 2}, 2, 1, []int8{1, 2, 0, 1}, 2, 2, 2, b)
+	if sc[0] != 5 || sc[1] != 2 {
+		t.Errorf("DotRowsI8PF: %v", sc)
+	}
+	ScaleColumns(nil, 0, 0, s[:4])
+	ScaleColumns(nil, 0, 3, nil)
+	m := []float32{1, 2, 3, 9, 4, 5, 6}
+	ScaleColumns(m, 4, 2, []float32{2, 0, -1})
+	if m[0] != 2 || m[1] != 0 || m[2] != -3 || m[3] != 9 || m[4] != 8 || m[6] != -6 {
+		t.Errorf("ScaleColumns: %v", m)
+	}
+	w := make([]float32, 4)
+	WidenI8(w, []int8{1, -2, 127, -128}, []float32{0.5, 2}, 2)
+	if w[0] != 0.5 || w[1] != -1 || w[2] != 254 || w[3] != -256 {
+		t.Errorf("WidenI8: %v", w)
+	}
+}
+
+// TestI8NoAlloc checks that the int8 kernels do not allocate.
+func TestI8NoAlloc(t *testing.T) {
+	const m, n, k = 4, 128, 64
+	a := make([]float32, m*k)
+	b := make([]int8, k*n)
+	c := make([]float32, m*n)
+	s := make([]float32, m*k)
+	sc := make([]float32, k)
+	w := make([]float32, k*n)
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for name, f := range map[string]func(){
+			"GemmI8":       func() { impl.gemmI8(m, n, k, a, k, b, n, c, n, true, b) },
+			"DotRowsI8":    func() { impl.dotRowsI8(s, k, c, n, m, b, n, k, n) },
+			"DotRowsI8PF":  func() { impl.dotRowsI8PF(s, k, c, n, m, b, n, k, n, b) },
+			"WidenI8":      func() { impl.widenI8(w, b, sc, n) },
+			"ScaleColumns": func() { impl.scaleColumns(s, k, m, sc) },
+		} {
+			if allocs := testing.AllocsPerRun(10, f); allocs != 0 {
+				t.Errorf("%s: %v allocations a call", name, allocs)
+			}
+		}
+	})
+}
