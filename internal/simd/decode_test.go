@@ -33,99 +33,34 @@ var gemm16Kernels = []struct {
 	},
 }
 
-// gemm16Case is one GemmBF16 or GemmF16 problem: A with NaN in the
-// padding of each row and around it, B with guard16 (a NaN in both
-// formats) there, C with NaN in its padding and, without accumulate, in
-// its elements too.
-type gemm16Case struct {
-	m, n, k, lda, ldb, ldc int
-	a, c                   guarded
-	b                      guarded16
-	bSrc                   []uint16
-	c0                     []float32
-	widen                  func(uint16) float32
+// gemmNarrowCase is one problem of a Gemm kernel with a 16-bit or int8
+// B: A with NaN in the padding of each row and around it, B with the
+// guard of its format there (guard16, a NaN in both 16-bit formats, or
+// guard8), C with NaN in its padding and, without accumulate, in its
+// elements too.
+type gemmNarrowCase[T narrowElem] struct {
+	gemmAC
+	b     guardedInts[T]
+	bSrc  []T
+	widen func(T) float32
 }
 
-func newGemm16Case(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool, narrow func(float32) uint16, widen func(uint16) float32) *gemm16Case {
-	g := &gemm16Case{m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, widen: widen}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
-	}
-	g.a = newGuarded(size(m, k, lda))
-	g.c = newGuarded(size(m, n, ldc))
-	for i := range m {
-		for p := range k {
-			g.a.v[i*lda+p] = 2*r.Float32() - 1
-		}
-	}
-	g.bSrc = make([]uint16, size(k, n, ldb))
-	for i := range g.bSrc {
-		g.bSrc[i] = guard16
-	}
-	for p := range k {
-		for j := range n {
-			x := 2*r.Float32() - 1
-			if r.IntN(8) == 0 { // subnormal halves, and tiny bf16
-				x *= 0x1p-20
-			}
-			g.bSrc[p*ldb+j] = narrow(x)
-		}
-	}
-	g.b = guardedCopy16(g.bSrc)
-	for i := range m {
-		for j := range n {
-			v := guard
-			if accumulate {
-				v = 2*r.Float32() - 1
-			}
-			g.c.v[i*ldc+j] = v
-		}
-	}
-	g.c0 = append([]float32(nil), g.c.v...)
+func newGemmNarrowCase[T narrowElem](r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool, bf narrowFormat[T]) *gemmNarrowCase[T] {
+	g := &gemmNarrowCase[T]{gemmAC: newGemmAC(r, m, n, k, lda, ldb, ldc), widen: bf.widen}
+	g.bSrc = bf.matrix(r, k, n, ldb)
+	g.b = guardedCopyInts(g.bSrc, bf.guard)
+	g.fillC(r, accumulate)
 	return g
 }
 
-// check compares C with the float64 product of A and the widened B (plus
-// C's old value with accumulate), within (k+2)·2^-24 of the sum of the
-// magnitudes of the terms.
-func (g *gemm16Case) check(t *testing.T, accumulate bool) {
+// check checks the guards of A and C, that B is unchanged, and C against
+// the product of A and the widened B (see checkC).
+func (g *gemmNarrowCase[T]) check(t *testing.T, accumulate bool) {
 	t.Helper()
 	g.a.check(t, "A")
 	g.c.check(t, "C")
 	g.b.unchanged(t, g.bSrc)
-	if g.n == 0 {
-		return
-	}
-	for i := range g.m {
-		for j := range g.ldc {
-			if i == g.m-1 && j >= g.n {
-				break
-			}
-			got := g.c.v[i*g.ldc+j]
-			if j >= g.n {
-				if math.Float32bits(got) != math.Float32bits(guard) {
-					t.Fatalf("C padding [%d][%d] written: %v", i, j, got)
-				}
-				continue
-			}
-			var want, abs float64
-			if accumulate {
-				want = float64(g.c0[i*g.ldc+j])
-				abs = math.Abs(want)
-			}
-			for p := range g.k {
-				v := float64(g.a.v[i*g.lda+p]) * float64(g.widen(g.bSrc[p*g.ldb+j]))
-				want += v
-				abs += math.Abs(v)
-			}
-			if tol := float64(g.k+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
-				t.Fatalf("C[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
-			}
-		}
-	}
+	g.checkC(t, accumulate, func(p, j int) float64 { return float64(g.widen(g.bSrc[p*g.ldb+j])) })
 }
 
 // TestGemm16 runs GemmBF16 and GemmF16 on the decode shapes (m query rows
@@ -139,6 +74,7 @@ func TestGemm16(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	for _, kern := range gemm16Kernels {
 		t.Run(kern.name, func(t *testing.T) {
+			bf := halfFormat(kern.narrow, kern.widen)
 			forEachImpl(t, func(t *testing.T, impl implementation) {
 				f := kern.f(impl)
 				for _, m := range ms {
@@ -146,7 +82,7 @@ func TestGemm16(t *testing.T) {
 						for _, k := range ks {
 							for _, accumulate := range []bool{false, true} {
 								for _, pad := range [][3]int{{0, 0, 0}, {3, 5, 7}} {
-									g := newGemm16Case(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate, kern.narrow, kern.widen)
+									g := newGemmNarrowCase(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate, bf)
 									checkGemm8(m, n, k, len(g.a.v), g.lda, len(g.b.v), g.ldb, len(g.c.v), g.ldc)
 									f(m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate, nil)
 									name := fmt.Sprintf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d acc=%v", m, n, k, g.lda, g.ldb, g.ldc, accumulate)
@@ -161,7 +97,7 @@ func TestGemm16(t *testing.T) {
 				// or 96 for D = 72), acc rows of the same stride.
 				for _, m := range []int{1, 4, 8, 32} {
 					for _, d := range [][2]int{{128, 128}, {72, 96}} {
-						g := newGemm16Case(r, m, d[0], 61, 64, d[1], d[1], true, kern.narrow, kern.widen)
+						g := newGemmNarrowCase(r, m, d[0], 61, 64, d[1], d[1], true, bf)
 						f(m, d[0], 61, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, true, nil)
 						t.Run(fmt.Sprintf("decode m=%d d=%d", m, d[0]), func(t *testing.T) { g.check(t, true) })
 					}
@@ -187,25 +123,38 @@ func TestGemm16Widened(t *testing.T) {
 			b[i] = kern.narrow(float32(r.IntN(17) - 8))
 			bw[i] = kern.widen(b[i])
 		}
-		// Gemm wants n a multiple of 16: run it on 48 columns of a
-		// zero-padded copy.
-		bp := make([]float32, k*48)
-		for p := range k {
-			copy(bp[p*48:], bw[p*n:][:n])
-		}
-		want := make([]float32, m*48)
-		Gemm(m, 48, k, a, k, bp, 48, want, 48, false)
+		want := gemm48(m, n, k, a, bw)
 		forEachImpl(t, func(t *testing.T, impl implementation) {
 			c := make([]float32, m*n)
 			kern.f(impl)(m, n, k, a, k, b, n, c, n, false, nil)
-			for i := range m {
-				for j := range n {
-					if c[i*n+j] != want[i*48+j] {
-						t.Fatalf("%s: C[%d][%d] = %v, want %v", kern.name, i, j, c[i*n+j], want[i*48+j])
-					}
-				}
-			}
+			checkSameC(t, kern.name, m, n, c, want)
 		})
+	}
+}
+
+// gemm48 is A·B by Gemm for an m×k A and a k×n B, n at most 48, at tight
+// strides. Gemm wants n a multiple of 16: it runs on 48 columns of a
+// zero-padded copy of B, and the product has stride 48.
+func gemm48(m, n, k int, a, b []float32) []float32 {
+	bp := make([]float32, k*48)
+	for p := range k {
+		copy(bp[p*48:], b[p*n:][:n])
+	}
+	want := make([]float32, m*48)
+	Gemm(m, 48, k, a, k, bp, 48, want, 48, false)
+	return want
+}
+
+// checkSameC checks that c, m rows of n at stride n, equals want, the
+// product gemm48 gives.
+func checkSameC(t *testing.T, name string, m, n int, c, want []float32) {
+	t.Helper()
+	for i := range m {
+		for j := range n {
+			if c[i*n+j] != want[i*48+j] {
+				t.Fatalf("%s: C[%d][%d] = %v, want %v", name, i, j, c[i*n+j], want[i*48+j])
+			}
+		}
 	}
 }
 

@@ -12,50 +12,28 @@ import (
 // it where it should not changes the results visibly (int8 has no NaN).
 const guard8 = -128
 
-// guarded8 is a slice v of src with guardLen guard8 values on either side
-// in the same array.
-type guarded8 struct {
-	all []int8
-	v   []int8
-}
+// i8Format is the format of int8 codes: random ones from randCode, with
+// guard8 around them.
+var i8Format = narrowFormat[int8]{guard: guard8, rand: randCode, widen: func(c int8) float32 { return float32(c) }}
 
-func guardedCopy8(src []int8) guarded8 {
-	all := make([]int8, len(src)+2*guardLen)
-	for i := range all {
-		all[i] = guard8
-	}
-	v := all[guardLen : guardLen+len(src)]
-	copy(v, src)
-	return guarded8{all: all, v: v}
-}
-
-// unchanged reports any value of g that differs from src or the guard.
-func (g guarded8) unchanged(t *testing.T, src []int8) {
-	t.Helper()
-	for i, v := range g.all {
-		want := int8(guard8)
-		if i >= guardLen && i < guardLen+len(src) {
-			want = src[i-guardLen]
-		}
-		if v != want {
-			t.Fatalf("src changed at offset %d: %d, want %d", i-guardLen, v, want)
-		}
+// randCode returns an int8 code, all 256 values possible, -128 and 127
+// more often than chance.
+func randCode(r *rand.Rand) int8 {
+	switch r.IntN(16) {
+	case 0:
+		return -128
+	case 1:
+		return 127
+	default:
+		return int8(r.Uint32())
 	}
 }
 
-// randCodes returns n int8 codes, all 256 values possible, -128 and 127
-// among them more often than chance.
+// randCodes returns n codes of randCode.
 func randCodes(r *rand.Rand, n int) []int8 {
 	x := make([]int8, n)
 	for i := range x {
-		switch r.IntN(16) {
-		case 0:
-			x[i] = -128
-		case 1:
-			x[i] = 127
-		default:
-			x[i] = int8(r.Uint32())
-		}
+		x[i] = randCode(r)
 	}
 	return x
 }
@@ -76,7 +54,7 @@ func TestWidenI8(t *testing.T) {
 					for i := range sc {
 						sc[i] = scales[r.IntN(len(scales))] * (0.5 + r.Float32())
 					}
-					g := guardedCopy8(src)
+					g := guardedCopyInts(src, guard8)
 					scg := guardedCopy(sc)
 					dst := newGuarded(rows*ld + off)
 					impl.widenI8(dst.v[off:], g.v, scg.v, ld)
@@ -152,119 +130,17 @@ func TestScaleColumns(t *testing.T) {
 	})
 }
 
-// dotRowsI8Case is one DotRowsI8 problem: q with NaN in the padding of
-// each row and around it, k with guard8 there, s all guard values before
-// the call.
-type dotRowsI8Case struct {
-	rows, n, d, lds, ldq, ldk int
-	s, q                      guarded
-	k                         guarded8
-	kSrc                      []int8
-}
-
-func newDotRowsI8Case(r *rand.Rand, rows, n, d, lds, ldq, ldk int) *dotRowsI8Case {
-	c := &dotRowsI8Case{rows: rows, n: n, d: d, lds: lds, ldq: ldq, ldk: ldk}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
-	}
-	c.s = newGuarded(size(rows, n, lds))
-	c.q = newGuarded(size(rows, d, ldq))
-	for i := range rows {
-		for p := range d {
-			c.q.v[i*ldq+p] = 2*r.Float32() - 1
-		}
-	}
-	c.kSrc = make([]int8, size(n, d, ldk))
-	for i := range c.kSrc {
-		c.kSrc[i] = guard8
-	}
-	codes := randCodes(r, n*d)
-	for j := range n {
-		for p := range d {
-			c.kSrc[j*ldk+p] = codes[j*d+p]
-		}
-	}
-	c.k = guardedCopy8(c.kSrc)
-	return c
-}
-
-func (c *dotRowsI8Case) check(t *testing.T) {
-	t.Helper()
-	c.s.check(t, "s")
-	c.q.check(t, "q")
-	c.k.unchanged(t, c.kSrc)
-	if c.n == 0 {
-		return
-	}
-	for i := range c.rows {
-		for j := range c.lds {
-			if i == c.rows-1 && j >= c.n {
-				break
-			}
-			got := c.s.v[i*c.lds+j]
-			if j >= c.n {
-				if math.Float32bits(got) != math.Float32bits(guard) {
-					t.Fatalf("s padding [%d][%d] written: %v", i, j, got)
-				}
-				continue
-			}
-			var want, abs float64
-			for p := range c.d {
-				v := float64(c.q.v[i*c.ldq+p]) * float64(c.kSrc[j*c.ldk+p])
-				want += v
-				abs += math.Abs(v)
-			}
-			if tol := float64(c.d+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
-				t.Fatalf("s[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
-			}
-		}
-	}
-}
-
 // TestDotRowsI8 runs DotRowsI8 and DotRowsI8PF (with a hint) on the
 // shapes of TestDotRows16: every row count of a block and its tails,
 // every d%8 and d%16, tight and padded strides.
 func TestDotRowsI8(t *testing.T) {
-	rowsList := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16}
-	var ns []int
-	for n := range 18 {
-		ns = append(ns, n)
-	}
-	ns = append(ns, 64, 65)
-	var ds []int
-	for d := range 18 {
-		ds = append(ds, d)
-	}
-	ds = append(ds, 31, 64, 80, 128, 300)
 	hint := make([]int8, 4000)
 	r := rand.New(rand.NewPCG(43, 44))
 	forEachImpl(t, func(t *testing.T, impl implementation) {
-		for _, pf := range []bool{false, true} {
-			run := func(rows, n, d, lds, ldq, ldk int) {
-				c := newDotRowsI8Case(r, rows, n, d, lds, ldq, ldk)
-				checkDotRows(len(c.s.v), lds, len(c.q.v), ldq, rows, len(c.k.v), ldk, n, d)
-				if pf {
-					impl.dotRowsI8PF(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d, hint)
-				} else {
-					impl.dotRowsI8(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d)
-				}
-				t.Run(fmt.Sprintf("pf=%v rows=%d n=%d d=%d lds=%d ldq=%d ldk=%d", pf, rows, n, d, lds, ldq, ldk), c.check)
-			}
-			for _, rows := range rowsList {
-				for _, n := range ns {
-					for _, d := range ds {
-						// Tight strides, then odd padded ones.
-						run(rows, n, d, n, d, d)
-						run(rows, n, d, n+3, d+5, d+7)
-					}
-				}
-			}
-			run(32, 65, 67, 67, 69, 71)
-			run(4, 64, 128, 64, 128, 128)
-		}
+		testDotRowsNarrow(t, r, "pf=false ", i8Format, impl.dotRowsI8)
+		testDotRowsNarrow(t, r, "pf=true ", i8Format, func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+			impl.dotRowsI8PF(s, lds, q, ldq, rows, k, ldk, n, d, hint)
+		})
 	})
 }
 
@@ -276,107 +152,8 @@ func TestDotRowsI8Empty(t *testing.T) {
 		impl.dotRowsI8(nil, 0, nil, 0, 3, nil, 0, 0, 3)
 		s := newGuarded(2*5 + 4)
 		impl.dotRowsI8PF(s.v, 7, nil, 0, 2, nil, 0, 4, 0, nil)
-		s.check(t, "s")
-		for i, v := range s.v {
-			if i%7 >= 4 {
-				if math.Float32bits(v) != math.Float32bits(guard) {
-					t.Errorf("s padding [%d] written", i)
-				}
-			} else if v != 0 {
-				t.Errorf("s[%d] = %v, want 0", i, v)
-			}
-		}
+		checkZeroScores(t, s)
 	})
-}
-
-// gemmI8Case is one GemmI8 problem: A with NaN in the padding of each row
-// and around it, B with guard8 there, C with NaN in its padding and,
-// without accumulate, in its elements too.
-type gemmI8Case struct {
-	m, n, k, lda, ldb, ldc int
-	a, c                   guarded
-	b                      guarded8
-	bSrc                   []int8
-	c0                     []float32
-}
-
-func newGemmI8Case(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool) *gemmI8Case {
-	g := &gemmI8Case{m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
-	}
-	g.a = newGuarded(size(m, k, lda))
-	g.c = newGuarded(size(m, n, ldc))
-	for i := range m {
-		for p := range k {
-			g.a.v[i*lda+p] = 2*r.Float32() - 1
-		}
-	}
-	g.bSrc = make([]int8, size(k, n, ldb))
-	for i := range g.bSrc {
-		g.bSrc[i] = guard8
-	}
-	codes := randCodes(r, k*n)
-	for p := range k {
-		for j := range n {
-			g.bSrc[p*ldb+j] = codes[p*n+j]
-		}
-	}
-	g.b = guardedCopy8(g.bSrc)
-	for i := range m {
-		for j := range n {
-			v := guard
-			if accumulate {
-				v = 2*r.Float32() - 1
-			}
-			g.c.v[i*ldc+j] = v
-		}
-	}
-	g.c0 = append([]float32(nil), g.c.v...)
-	return g
-}
-
-// check compares C with the float64 product of A and B (plus C's old
-// value with accumulate), within (k+2)·2^-24 of the sum of the
-// magnitudes of the terms.
-func (g *gemmI8Case) check(t *testing.T, accumulate bool) {
-	t.Helper()
-	g.a.check(t, "A")
-	g.c.check(t, "C")
-	g.b.unchanged(t, g.bSrc)
-	if g.n == 0 {
-		return
-	}
-	for i := range g.m {
-		for j := range g.ldc {
-			if i == g.m-1 && j >= g.n {
-				break
-			}
-			got := g.c.v[i*g.ldc+j]
-			if j >= g.n {
-				if math.Float32bits(got) != math.Float32bits(guard) {
-					t.Fatalf("C padding [%d][%d] written: %v", i, j, got)
-				}
-				continue
-			}
-			var want, abs float64
-			if accumulate {
-				want = float64(g.c0[i*g.ldc+j])
-				abs = math.Abs(want)
-			}
-			for p := range g.k {
-				v := float64(g.a.v[i*g.lda+p]) * float64(g.bSrc[p*g.ldb+j])
-				want += v
-				abs += math.Abs(v)
-			}
-			if tol := float64(g.k+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
-				t.Fatalf("C[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
-			}
-		}
-	}
 }
 
 // TestGemmI8 runs GemmI8 on the shapes of TestGemm16 (m query rows of a
@@ -399,7 +176,7 @@ func TestGemmI8(t *testing.T) {
 							if i == 1 {
 								pad = [3]int{3, 5, 7}
 							}
-							g := newGemmI8Case(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate)
+							g := newGemmNarrowCase(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate, i8Format)
 							checkGemm8(m, n, k, len(g.a.v), g.lda, len(g.b.v), g.ldb, len(g.c.v), g.ldc)
 							impl.gemmI8(m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate, pf)
 							name := fmt.Sprintf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d acc=%v pf=%d", m, n, k, g.lda, g.ldb, g.ldc, accumulate, len(pf))
@@ -414,7 +191,7 @@ func TestGemmI8(t *testing.T) {
 		// 64-byte multiple), acc rows of the same stride.
 		for _, m := range []int{1, 4, 8, 32} {
 			for _, d := range [][2]int{{128, 128}, {72, 128}} {
-				g := newGemmI8Case(r, m, d[0], 61, 64, d[1], d[1], true)
+				g := newGemmNarrowCase(r, m, d[0], 61, 64, d[1], d[1], true, i8Format)
 				impl.gemmI8(m, d[0], 61, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, true, hint)
 				t.Run(fmt.Sprintf("decode m=%d d=%d", m, d[0]), func(t *testing.T) { g.check(t, true) })
 			}
@@ -438,14 +215,7 @@ func TestI8Exact(t *testing.T) {
 	for i, c := range b {
 		bw[i] = float32(c)
 	}
-	// Gemm wants n a multiple of 16: run it on 48 columns of a
-	// zero-padded copy.
-	bp := make([]float32, k*48)
-	for p := range k {
-		copy(bp[p*48:], bw[p*n:][:n])
-	}
-	want := make([]float32, m*48)
-	Gemm(m, 48, k, a, k, bp, 48, want, 48, false)
+	want := gemm48(m, n, k, a, bw)
 	// The scores of m query rows of n small integers against the k rows
 	// of b taken as keys.
 	q := make([]float32, m*n)
@@ -458,13 +228,7 @@ func TestI8Exact(t *testing.T) {
 		for _, pf := range [][]int8{nil, b} {
 			c := make([]float32, m*n)
 			impl.gemmI8(m, n, k, a, k, b, n, c, n, false, pf)
-			for i := range m {
-				for j := range n {
-					if c[i*n+j] != want[i*48+j] {
-						t.Fatalf("GemmI8: C[%d][%d] = %v, want %v", i, j, c[i*n+j], want[i*48+j])
-					}
-				}
-			}
+			checkSameC(t, "GemmI8", m, n, c, want)
 			s := make([]float32, m*k)
 			impl.dotRowsI8PF(s, k, q, n, m, b, n, k, n, pf)
 			for i, v := range s {

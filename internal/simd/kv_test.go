@@ -13,27 +13,32 @@ import (
 // a bfloat16, whose widening would show in dst if a kernel read it.
 const guard16 = 0x7fd5
 
-// guarded16 is a slice v of src with guardLen guard16 values on either
+// narrowElem is the element type of the compact operands: uint16 holds
+// a bf16 or an f16, int8 a code.
+type narrowElem interface{ int8 | uint16 }
+
+// guardedInts is a slice v of src with guardLen guard values on either
 // side in the same array.
-type guarded16 struct {
-	all, v []uint16
+type guardedInts[T narrowElem] struct {
+	all, v []T
+	guard  T
 }
 
-func guardedCopy16(src []uint16) guarded16 {
-	all := make([]uint16, len(src)+2*guardLen)
+func guardedCopyInts[T narrowElem](src []T, guard T) guardedInts[T] {
+	all := make([]T, len(src)+2*guardLen)
 	for i := range all {
-		all[i] = guard16
+		all[i] = guard
 	}
 	v := all[guardLen : guardLen+len(src)]
 	copy(v, src)
-	return guarded16{all: all, v: v}
+	return guardedInts[T]{all: all, v: v, guard: guard}
 }
 
 // unchanged reports any value of g that differs from src or the guard.
-func (g guarded16) unchanged(t *testing.T, src []uint16) {
+func (g guardedInts[T]) unchanged(t *testing.T, src []T) {
 	t.Helper()
 	for i, v := range g.all {
-		want := uint16(guard16)
+		want := g.guard
 		if i >= guardLen && i < guardLen+len(src) {
 			want = src[i-guardLen]
 		}
@@ -41,6 +46,46 @@ func (g guarded16) unchanged(t *testing.T, src []uint16) {
 			t.Fatalf("src changed at offset %d: %#x, want %#x", i-guardLen, v, want)
 		}
 	}
+}
+
+// narrowFormat is how the tests make and read compact values of type T:
+// the guard around them, a random value, and its widening to float32.
+type narrowFormat[T narrowElem] struct {
+	guard T
+	rand  func(r *rand.Rand) T
+	widen func(T) float32
+}
+
+// halfFormat is the format of bf16 or f16 values, narrow and widen
+// converting one: random values in [-1, 1), one in eight of them tiny,
+// with guard16 (a NaN in both formats) around them.
+func halfFormat(narrow func(float32) uint16, widen func(uint16) float32) narrowFormat[uint16] {
+	return narrowFormat[uint16]{
+		guard: guard16,
+		rand: func(r *rand.Rand) uint16 {
+			x := 2*r.Float32() - 1
+			if r.IntN(8) == 0 { // subnormal halves, and tiny bf16
+				x *= 0x1p-20
+			}
+			return narrow(x)
+		},
+		widen: widen,
+	}
+}
+
+// matrix is rows rows of cols random values at stride ld, with the guard
+// in the padding of each row.
+func (f narrowFormat[T]) matrix(r *rand.Rand, rows, cols, ld int) []T {
+	x := make([]T, matSize(rows, cols, ld))
+	for i := range x {
+		x[i] = f.guard
+	}
+	for i := range rows {
+		for j := range cols {
+			x[i*ld+j] = f.rand(r)
+		}
+	}
+	return x
 }
 
 // widenKernels are the two widenings with their reference, the bits
@@ -79,7 +124,7 @@ func TestWiden(t *testing.T) {
 	for _, kern := range widenKernels {
 		t.Run(kern.name, func(t *testing.T) {
 			forEachImpl(t, func(t *testing.T, impl implementation) {
-				g := guardedCopy16(src)
+				g := guardedCopyInts(src, guard16)
 				dst := newGuarded(len(src))
 				kern.f(impl)(dst.v, g.v)
 				dst.check(t, "dst")
@@ -110,7 +155,7 @@ func TestWidenTail(t *testing.T) {
 						for i := range src {
 							src[i] = uint16(r.Uint32())
 						}
-						g := guardedCopy16(src)
+						g := guardedCopyInts(src, guard16)
 						dst := newGuarded(n + off)
 						kern.f(impl)(dst.v[off:], g.v)
 						dst.check(t, fmt.Sprintf("n=%d off=%d", n, off))
@@ -132,42 +177,28 @@ func TestWidenTail(t *testing.T) {
 	}
 }
 
-// dotRowsCase is one DotRows problem: q and k with NaN in the padding
-// of each row and around them, s all guard values before the call.
-type dotRowsCase struct {
+// dotRowsSQ holds the float32 operands of a DotRows problem, whatever the
+// type of k: s all guard values before the call, q random with NaN in the
+// padding of each row and around it.
+type dotRowsSQ struct {
 	rows, n, d, lds, ldq, ldk int
-	s, q, k                   guarded
+	s, q                      guarded
 }
 
-func newDotRowsCase(r *rand.Rand, rows, n, d, lds, ldq, ldk int) *dotRowsCase {
-	c := &dotRowsCase{rows: rows, n: n, d: d, lds: lds, ldq: ldq, ldk: ldk}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
+func newDotRowsSQ(r *rand.Rand, rows, n, d, lds, ldq, ldk int) dotRowsSQ {
+	return dotRowsSQ{
+		rows: rows, n: n, d: d, lds: lds, ldq: ldq, ldk: ldk,
+		s: newGuarded(matSize(rows, n, lds)),
+		q: randMatrix(r, rows, d, ldq),
 	}
-	c.s = newGuarded(size(rows, n, lds))
-	c.q = newGuarded(size(rows, d, ldq))
-	c.k = newGuarded(size(n, d, ldk))
-	for i := range rows {
-		for p := range d {
-			c.q.v[i*ldq+p] = 2*r.Float32() - 1
-		}
-	}
-	for j := range n {
-		for p := range d {
-			c.k.v[j*ldk+p] = 2*r.Float32() - 1
-		}
-	}
-	return c
 }
 
-func (c *dotRowsCase) check(t *testing.T) {
+// checkS compares each score with the float64 dot product of its row of
+// q and its key, k(j, p) being element p of key j, within (d+2)·2^-24 of
+// the sum of the magnitudes of the terms, and checks that the padding of
+// s is untouched.
+func (c *dotRowsSQ) checkS(t *testing.T, k func(j, p int) float64) {
 	t.Helper()
-	c.s.check(t, "s")
-	c.q.check(t, "q")
-	c.k.check(t, "k")
 	if c.n == 0 {
 		return
 	}
@@ -185,7 +216,7 @@ func (c *dotRowsCase) check(t *testing.T) {
 			}
 			var want, abs float64
 			for p := range c.d {
-				v := float64(c.q.v[i*c.ldq+p]) * float64(c.k.v[j*c.ldk+p])
+				v := float64(c.q.v[i*c.ldq+p]) * k(j, p)
 				want += v
 				abs += math.Abs(v)
 			}
@@ -194,6 +225,27 @@ func (c *dotRowsCase) check(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dotRowsCase is one DotRows problem: q and k with NaN in the padding
+// of each row and around them, s all guard values before the call.
+type dotRowsCase struct {
+	dotRowsSQ
+	k guarded
+}
+
+func newDotRowsCase(r *rand.Rand, rows, n, d, lds, ldq, ldk int) *dotRowsCase {
+	c := &dotRowsCase{dotRowsSQ: newDotRowsSQ(r, rows, n, d, lds, ldq, ldk)}
+	c.k = randMatrix(r, n, d, ldk)
+	return c
+}
+
+func (c *dotRowsCase) check(t *testing.T) {
+	t.Helper()
+	c.s.check(t, "s")
+	c.q.check(t, "q")
+	c.k.check(t, "k")
+	c.checkS(t, func(j, p int) float64 { return float64(c.k.v[j*c.ldk+p]) })
 }
 
 func TestDotRows(t *testing.T) {
@@ -238,17 +290,24 @@ func TestDotRowsEmpty(t *testing.T) {
 		impl.dotRows(nil, 0, nil, 0, 3, nil, 0, 0, 3)
 		s := newGuarded(2*5 + 4)
 		impl.dotRows(s.v, 7, nil, 0, 2, nil, 0, 4, 0)
-		s.check(t, "s")
-		for i, v := range s.v {
-			if want := float32(0); i%7 >= 4 {
-				if math.Float32bits(v) != math.Float32bits(guard) {
-					t.Errorf("s padding [%d] written", i)
-				}
-			} else if v != want {
-				t.Errorf("s[%d] = %v, want 0", i, v)
-			}
-		}
+		checkZeroScores(t, s)
 	})
+}
+
+// checkZeroScores checks s after a call on 2 rows of 4 scores at stride
+// 7 with d = 0: the scores 0, the padding and the guards untouched.
+func checkZeroScores(t *testing.T, s guarded) {
+	t.Helper()
+	s.check(t, "s")
+	for i, v := range s.v {
+		if i%7 >= 4 {
+			if math.Float32bits(v) != math.Float32bits(guard) {
+				t.Errorf("s padding [%d] written", i)
+			}
+		} else if v != 0 {
+			t.Errorf("s[%d] = %v, want 0", i, v)
+		}
+	}
 }
 
 // dotRows16Kernels are the DotRows kernels with 16-bit keys, with the
@@ -275,83 +334,36 @@ var dotRows16Kernels = []struct {
 	},
 }
 
-// dotRows16Case is one DotRowsBF16 or DotRowsF16 problem: q with NaN in
-// the padding of each row and around it, k with guard16 (a NaN in both
-// formats) there, s all guard values before the call.
-type dotRows16Case struct {
-	rows, n, d, lds, ldq, ldk int
-	s, q                      guarded
-	k                         guarded16
-	kSrc                      []uint16
-	widen                     func(uint16) float32
+// dotRowsNarrowCase is one problem of a DotRows kernel with 16-bit or
+// int8 keys: q with NaN in the padding of each row and around it, k with
+// the guard of its format there (guard16, a NaN in both 16-bit formats,
+// or guard8), s all guard values before the call.
+type dotRowsNarrowCase[T narrowElem] struct {
+	dotRowsSQ
+	k     guardedInts[T]
+	kSrc  []T
+	widen func(T) float32
 }
 
-func newDotRows16Case(r *rand.Rand, rows, n, d, lds, ldq, ldk int, narrow func(float32) uint16, widen func(uint16) float32) *dotRows16Case {
-	c := &dotRows16Case{rows: rows, n: n, d: d, lds: lds, ldq: ldq, ldk: ldk, widen: widen}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
-	}
-	c.s = newGuarded(size(rows, n, lds))
-	c.q = newGuarded(size(rows, d, ldq))
-	for i := range rows {
-		for p := range d {
-			c.q.v[i*ldq+p] = 2*r.Float32() - 1
-		}
-	}
-	c.kSrc = make([]uint16, size(n, d, ldk))
-	for i := range c.kSrc {
-		c.kSrc[i] = guard16
-	}
-	for j := range n {
-		for p := range d {
-			x := 2*r.Float32() - 1
-			if r.IntN(8) == 0 { // subnormal halves, and tiny bf16
-				x *= 0x1p-20
-			}
-			c.kSrc[j*ldk+p] = narrow(x)
-		}
-	}
-	c.k = guardedCopy16(c.kSrc)
+func newDotRowsNarrowCase[T narrowElem](r *rand.Rand, rows, n, d, lds, ldq, ldk int, kf narrowFormat[T]) *dotRowsNarrowCase[T] {
+	c := &dotRowsNarrowCase[T]{dotRowsSQ: newDotRowsSQ(r, rows, n, d, lds, ldq, ldk), widen: kf.widen}
+	c.kSrc = kf.matrix(r, n, d, ldk)
+	c.k = guardedCopyInts(c.kSrc, kf.guard)
 	return c
 }
 
-func (c *dotRows16Case) check(t *testing.T) {
+func (c *dotRowsNarrowCase[T]) check(t *testing.T) {
 	t.Helper()
 	c.s.check(t, "s")
 	c.q.check(t, "q")
 	c.k.unchanged(t, c.kSrc)
-	if c.n == 0 {
-		return
-	}
-	for i := range c.rows {
-		for j := range c.lds {
-			if i == c.rows-1 && j >= c.n {
-				break
-			}
-			got := c.s.v[i*c.lds+j]
-			if j >= c.n {
-				if math.Float32bits(got) != math.Float32bits(guard) {
-					t.Fatalf("s padding [%d][%d] written: %v", i, j, got)
-				}
-				continue
-			}
-			var want, abs float64
-			for p := range c.d {
-				v := float64(c.q.v[i*c.ldq+p]) * float64(c.widen(c.kSrc[j*c.ldk+p]))
-				want += v
-				abs += math.Abs(v)
-			}
-			if tol := float64(c.d+2) * 0x1p-24 * abs; !(math.Abs(float64(got)-want) <= tol) {
-				t.Fatalf("s[%d][%d] = %v, want %v (tol %g)", i, j, got, want, tol)
-			}
-		}
-	}
+	c.checkS(t, func(j, p int) float64 { return float64(c.widen(c.kSrc[j*c.ldk+p])) })
 }
 
-func TestDotRows16(t *testing.T) {
+// testDotRowsNarrow runs f, a DotRows kernel with keys of format kf, on
+// every row count of a block and its tails, every d%8 and d%16, tight and
+// padded strides; prefix starts the names of the subtests.
+func testDotRowsNarrow[T narrowElem](t *testing.T, r *rand.Rand, prefix string, kf narrowFormat[T], f func(s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int)) {
 	rowsList := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16}
 	var ns []int
 	for n := range 18 {
@@ -363,28 +375,32 @@ func TestDotRows16(t *testing.T) {
 		ds = append(ds, d)
 	}
 	ds = append(ds, 31, 64, 80, 128, 300)
+	run := func(rows, n, d, lds, ldq, ldk int) {
+		c := newDotRowsNarrowCase(r, rows, n, d, lds, ldq, ldk, kf)
+		checkDotRows(len(c.s.v), lds, len(c.q.v), ldq, rows, len(c.k.v), ldk, n, d)
+		f(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d)
+		t.Run(fmt.Sprintf("%srows=%d n=%d d=%d lds=%d ldq=%d ldk=%d", prefix, rows, n, d, lds, ldq, ldk), c.check)
+	}
+	for _, rows := range rowsList {
+		for _, n := range ns {
+			for _, d := range ds {
+				// Tight strides, then odd padded ones.
+				run(rows, n, d, n, d, d)
+				run(rows, n, d, n+3, d+5, d+7)
+			}
+		}
+	}
+	run(32, 65, 67, 67, 69, 71)
+	run(4, 64, 128, 64, 128, 128)
+}
+
+func TestDotRows16(t *testing.T) {
 	r := rand.New(rand.NewPCG(25, 26))
 	for _, kern := range dotRows16Kernels {
 		t.Run(kern.name, func(t *testing.T) {
+			kf := halfFormat(kern.narrow, kern.widen)
 			forEachImpl(t, func(t *testing.T, impl implementation) {
-				f := kern.f(impl)
-				run := func(rows, n, d, lds, ldq, ldk int) {
-					c := newDotRows16Case(r, rows, n, d, lds, ldq, ldk, kern.narrow, kern.widen)
-					checkDotRows(len(c.s.v), lds, len(c.q.v), ldq, rows, len(c.k.v), ldk, n, d)
-					f(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d)
-					t.Run(fmt.Sprintf("rows=%d n=%d d=%d lds=%d ldq=%d ldk=%d", rows, n, d, lds, ldq, ldk), c.check)
-				}
-				for _, rows := range rowsList {
-					for _, n := range ns {
-						for _, d := range ds {
-							// Tight strides, then odd padded ones.
-							run(rows, n, d, n, d, d)
-							run(rows, n, d, n+3, d+5, d+7)
-						}
-					}
-				}
-				run(32, 65, 67, 67, 69, 71)
-				run(4, 64, 128, 64, 128, 128)
+				testDotRowsNarrow(t, r, "", kf, kern.f(impl))
 			})
 		})
 	}
@@ -401,16 +417,7 @@ func TestDotRows16Empty(t *testing.T) {
 				f(nil, 0, nil, 0, 3, nil, 0, 0, 3)
 				s := newGuarded(2*5 + 4)
 				f(s.v, 7, nil, 0, 2, nil, 0, 4, 0)
-				s.check(t, "s")
-				for i, v := range s.v {
-					if i%7 >= 4 {
-						if math.Float32bits(v) != math.Float32bits(guard) {
-							t.Errorf("s padding [%d] written", i)
-						}
-					} else if v != 0 {
-						t.Errorf("s[%d] = %v, want 0", i, v)
-					}
-				}
+				checkZeroScores(t, s)
 			})
 		})
 	}

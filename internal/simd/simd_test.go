@@ -424,55 +424,71 @@ func TestFMAPeak(t *testing.T) {
 	}
 }
 
-// gemmCase is one Gemm problem with guarded operands: A and B have NaN
-// in the padding of each row (lda > k, ldb > n) and around them, C has
-// guard values in its padding and around it, and with accumulate false
-// its elements start as NaN too, so reading any of them shows.
-type gemmCase struct {
-	m, n, k, lda, ldb, ldc int
-	a, b, c                guarded
-	c0                     []float32 // C before the call
+// matSize is the length of a slice that holds rows rows of cols elements
+// at stride ld: the last row ends after its cols elements.
+func matSize(rows, cols, ld int) int {
+	if rows == 0 || cols == 0 {
+		return 0
+	}
+	return (rows-1)*ld + cols
 }
 
-func newGemmCase(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool) *gemmCase {
-	g := &gemmCase{m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc}
-	size := func(rows, cols, ld int) int {
-		if rows == 0 || cols == 0 {
-			return 0
-		}
-		return (rows-1)*ld + cols
-	}
-	g.a = newGuarded(size(m, k, lda))
-	g.b = newGuarded(size(k, n, ldb))
-	g.c = newGuarded(size(m, n, ldc))
-	for i := range m {
-		for p := range k {
-			g.a.v[i*lda+p] = 2*r.Float32() - 1
+// randMatrix is rows rows of cols random values in [-1, 1) at stride ld,
+// with guard values in the padding of each row and around them.
+func randMatrix(r *rand.Rand, rows, cols, ld int) guarded {
+	g := newGuarded(matSize(rows, cols, ld))
+	for i := range rows {
+		for j := range cols {
+			g.v[i*ld+j] = 2*r.Float32() - 1
 		}
 	}
-	for p := range k {
-		for j := range n {
-			g.b.v[p*ldb+j] = 2*r.Float32() - 1
-		}
+	return g
+}
+
+// gemmAC holds the float32 operands of a Gemm problem, whatever the type
+// of B: A random with NaN in the padding of each row and around it, C
+// with guard values in its padding and around it and, without
+// accumulate, in its elements too; c0 is C before the call.
+type gemmAC struct {
+	m, n, k, lda, ldb, ldc int
+	a, c                   guarded
+	c0                     []float32
+}
+
+// newGemmAC makes A and a C of guard values; the caller makes B, then
+// calls fillC.
+func newGemmAC(r *rand.Rand, m, n, k, lda, ldb, ldc int) gemmAC {
+	return gemmAC{
+		m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc,
+		a: randMatrix(r, m, k, lda),
+		c: newGuarded(matSize(m, n, ldc)),
 	}
-	for i := range m {
-		for j := range n {
+}
+
+// fillC sets the elements of C, random with accumulate and guard values
+// without, and keeps a copy in c0.
+func (g *gemmAC) fillC(r *rand.Rand, accumulate bool) {
+	for i := range g.m {
+		for j := range g.n {
 			v := guard
 			if accumulate {
 				v = 2*r.Float32() - 1
 			}
-			g.c.v[i*ldc+j] = v
+			g.c.v[i*g.ldc+j] = v
 		}
 	}
 	g.c0 = append([]float32(nil), g.c.v...)
-	return g
 }
 
-func (g *gemmCase) check(t *testing.T, accumulate bool) {
+// checkC compares C with the float64 product of A and B, b(p, j) being
+// element (p, j) of B (plus C's old value with accumulate), within
+// (k+2)·2^-24 of the sum of the magnitudes of the terms, and checks that
+// the padding of C is untouched.
+func (g *gemmAC) checkC(t *testing.T, accumulate bool, b func(p, j int) float64) {
 	t.Helper()
-	g.a.check(t, "A")
-	g.b.check(t, "B")
-	g.c.check(t, "C")
+	if g.n == 0 {
+		return
+	}
 	for i := range g.m {
 		for j := range g.ldc {
 			if i == g.m-1 && j >= g.n {
@@ -491,7 +507,7 @@ func (g *gemmCase) check(t *testing.T, accumulate bool) {
 				abs = math.Abs(want)
 			}
 			for p := range g.k {
-				v := float64(g.a.v[i*g.lda+p]) * float64(g.b.v[p*g.ldb+j])
+				v := float64(g.a.v[i*g.lda+p]) * b(p, j)
 				want += v
 				abs += math.Abs(v)
 			}
@@ -500,6 +516,30 @@ func (g *gemmCase) check(t *testing.T, accumulate bool) {
 			}
 		}
 	}
+}
+
+// gemmCase is one Gemm problem with guarded operands: A and B have NaN
+// in the padding of each row (lda > k, ldb > n) and around them, C has
+// guard values in its padding and around it, and with accumulate false
+// its elements start as NaN too, so reading any of them shows.
+type gemmCase struct {
+	gemmAC
+	b guarded
+}
+
+func newGemmCase(r *rand.Rand, m, n, k, lda, ldb, ldc int, accumulate bool) *gemmCase {
+	g := &gemmCase{gemmAC: newGemmAC(r, m, n, k, lda, ldb, ldc)}
+	g.b = randMatrix(r, k, n, ldb)
+	g.fillC(r, accumulate)
+	return g
+}
+
+func (g *gemmCase) check(t *testing.T, accumulate bool) {
+	t.Helper()
+	g.a.check(t, "A")
+	g.b.check(t, "B")
+	g.c.check(t, "C")
+	g.checkC(t, accumulate, func(p, j int) float64 { return float64(g.b.v[p*g.ldb+j]) })
 }
 
 func TestGemm(t *testing.T) {
