@@ -39,6 +39,16 @@ type Entry struct {
 	Build func(p *Params, seed uint64) (attn.Mechanism, error)
 }
 
+// windowSides parses the left and right parameters of a sliding window
+// (window and longformer).
+func windowSides(p *Params) (left, right int, err error) {
+	if left, err = p.Int("left", sparse.DefaultWindow, 0, 1<<40); err != nil {
+		return 0, 0, err
+	}
+	right, err = p.Int("right", sparse.DefaultWindow, 0, 1<<40)
+	return left, right, err
+}
+
 var entries = []Entry{
 	{
 		Name:    "exact",
@@ -56,11 +66,7 @@ var entries = []Entry{
 			{Name: "dilation", Default: "1", Doc: "step between visible keys"},
 		},
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
-			left, err := p.Int("left", sparse.DefaultWindow, 0, 1<<40)
-			if err != nil {
-				return nil, err
-			}
-			right, err := p.Int("right", sparse.DefaultWindow, 0, 1<<40)
+			left, right, err := windowSides(p)
 			if err != nil {
 				return nil, err
 			}
@@ -110,11 +116,7 @@ var entries = []Entry{
 			{Name: "globals", Default: "0", Doc: "comma-separated global token positions, each below M (empty: none)"},
 		},
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
-			left, err := p.Int("left", sparse.DefaultWindow, 0, 1<<40)
-			if err != nil {
-				return nil, err
-			}
-			right, err := p.Int("right", sparse.DefaultWindow, 0, 1<<40)
+			left, right, err := windowSides(p)
 			if err != nil {
 				return nil, err
 			}
