@@ -450,16 +450,8 @@ func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 		return
 	}
 	if sc.vb != nil {
-		n := nb * st
-		switch c.cfg.DType {
-		case BF16:
-			simd.WidenBF16(sc.vb[:n], c.vh[off:][:n])
-		case F16:
-			simd.WidenF16(sc.vb[:n], c.vh[off:][:n])
-		case I8:
-			simd.WidenI8(sc.vb[:n], c.vq[off:][:n], c.vs[off/st:][:nb], st)
-		}
-		simd.Gemm(g, st, nb, sc.s, decodeBlock, sc.vb[:n], st, sc.acc, st, true)
+		c.widenRows(sc.vb, true, off, nb)
+		simd.Gemm(g, st, nb, sc.s, decodeBlock, sc.vb[:nb*st], st, sc.acc, st, true)
 		return
 	}
 	w := (c.cfg.D + 7) &^ 7
@@ -475,6 +467,25 @@ func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 		// probabilities times each row's scale, then the codes.
 		simd.ScaleColumns(sc.s, decodeBlock, g, c.vs[off/st:][:nb])
 		simd.GemmI8(g, w, nb, sc.s, decodeBlock, c.vq[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vq[nextOff:][:nextN*st])
+	}
+}
+
+// widenRows writes into dst, as float32, nb stored rows of a 16-bit or
+// int8 cache from element offset off: keys, or values when values is set
+// (int8 codes dequantised, each times its row's scale).
+func (c *Cache) widenRows(dst []float32, values bool, off, nb int) {
+	n := nb * c.stride
+	h, q, scales := c.kh, c.kq, c.ks
+	if values {
+		h, q, scales = c.vh, c.vq, c.vs
+	}
+	switch c.cfg.DType {
+	case BF16:
+		simd.WidenBF16(dst[:n], h[off:][:n])
+	case F16:
+		simd.WidenF16(dst[:n], h[off:][:n])
+	case I8:
+		simd.WidenI8(dst[:n], q[off:][:n], scales[off/c.stride:][:nb], c.stride)
 	}
 }
 

@@ -79,19 +79,8 @@ func (f *fusedDecode) span(c *Cache, q []float32, scale float32, bh, lo, hi int,
 				pfk, pfv = c.kf[base+next*st:][:nn], c.vf[base+next*st:][:nn]
 			}
 		default:
-			n := nb * st
-			switch c.cfg.DType {
-			case BF16:
-				simd.WidenBF16(f.kb[:n], c.kh[at:][:n])
-				simd.WidenBF16(f.vb[:n], c.vh[at:][:n])
-			case F16:
-				simd.WidenF16(f.kb[:n], c.kh[at:][:n])
-				simd.WidenF16(f.vb[:n], c.vh[at:][:n])
-			case I8:
-				// Dequantised: each row's codes times its scale.
-				simd.WidenI8(f.kb[:n], c.kq[at:][:n], c.ks[at/st:][:nb], st)
-				simd.WidenI8(f.vb[:n], c.vq[at:][:n], c.vs[at/st:][:nb], st)
-			}
+			c.widenRows(f.kb, false, at, nb)
+			c.widenRows(f.vb, true, at, nb)
 			k, v = f.kb[:(nb-1)*st+d], f.vb[:(nb-1)*st+d]
 			// No prefetch hints: a 16-bit or int8 block is read in one
 			// sequential pass, which the hardware prefetcher follows
