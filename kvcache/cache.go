@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/hugepage"
 )
 
 // DType is the element type of the stored keys and values.
@@ -191,21 +192,25 @@ func (c *Cache) alloc(rows int) {
 	c.cap = rows
 }
 
-// alignedF32 returns n float32s starting on a 64-byte boundary.
+// alignedF32 returns n float32s starting on a 64-byte boundary, on huge
+// pages where the system allows: the decode step streams them.
 func alignedF32(n int) []float32 {
 	buf := make([]float32, n+16)
+	hugepage.Advise(buf)
 	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 4
 	return buf[off : off+n : off+n]
 }
 
 func alignedU16(n int) []uint16 {
 	buf := make([]uint16, n+32)
+	hugepage.Advise(buf)
 	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 2
 	return buf[off : off+n : off+n]
 }
 
 func alignedI8(n int) []int8 {
 	buf := make([]int8, n+64)
+	hugepage.Advise(buf)
 	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64
 	return buf[off : off+n : off+n]
 }

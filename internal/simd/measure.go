@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/attnkit/attn/internal/hugepage"
 )
 
 // The probes time many short chunks of work and take the median chunk's
@@ -40,6 +42,9 @@ func MeasureReadGBps(bufBytes int, workers int) float64 {
 	per := max((bufBytes+4*workers-1)/(4*workers), 1)
 	per = (per + 63) &^ 63 // whole 256-byte blocks
 	buf := make([]float32, per*workers)
+	// On huge pages where the system allows, as the KV cache is: the
+	// probe is the best streaming read this machine does.
+	hugepage.Advise(buf)
 	for i := range buf {
 		buf[i] = 1 // touch every page before timing
 	}
