@@ -19036,7 +19036,8 @@ g4k3pairs:
 g4k3loop:
 	MOVQ        (SP), BP
 	PREFETCHT0  (BP)
-	ADDQ        $0x40, BP
+	PREFETCHT0  64(BP)
+	ADDQ        $0x80, BP
 	CMPQ        BP, 8(SP)
 	CMOVQGT     8(SP), BP
 	MOVQ        BP, (SP)
@@ -19222,7 +19223,8 @@ g4k2pairs:
 g4k2loop:
 	MOVQ        (SP), R15
 	PREFETCHT0  (R15)
-	ADDQ        $0x40, R15
+	PREFETCHT0  64(R15)
+	ADDQ        $0x80, R15
 	CMPQ        R15, 8(SP)
 	CMOVQGT     8(SP), R15
 	MOVQ        R15, (SP)
@@ -19360,7 +19362,8 @@ g4k1pairs:
 g4k1loop:
 	MOVQ        (SP), R14
 	PREFETCHT0  (R14)
-	ADDQ        $0x40, R14
+	PREFETCHT0  64(R14)
+	ADDQ        $0x80, R14
 	CMPQ        R14, 8(SP)
 	CMOVQGT     8(SP), R14
 	MOVQ        R14, (SP)
@@ -19517,7 +19520,8 @@ g3k4pairs:
 g3k4loop:
 	MOVQ        (SP), R13
 	PREFETCHT0  (R13)
-	ADDQ        $0x40, R13
+	PREFETCHT0  64(R13)
+	ADDQ        $0x80, R13
 	CMPQ        R13, 8(SP)
 	CMOVQGT     8(SP), R13
 	MOVQ        R13, (SP)
@@ -19712,7 +19716,8 @@ g3k2pairs:
 g3k2loop:
 	MOVQ        (SP), R11
 	PREFETCHT0  (R11)
-	ADDQ        $0x40, R11
+	PREFETCHT0  64(R11)
+	ADDQ        $0x80, R11
 	CMPQ        R11, 8(SP)
 	CMOVQGT     8(SP), R11
 	MOVQ        R11, (SP)
@@ -19840,7 +19845,8 @@ g3k1pairs:
 g3k1loop:
 	MOVQ        (SP), R10
 	PREFETCHT0  (R10)
-	ADDQ        $0x40, R10
+	PREFETCHT0  64(R10)
+	ADDQ        $0x80, R10
 	CMPQ        R10, 8(SP)
 	CMOVQGT     8(SP), R10
 	MOVQ        R10, (SP)
@@ -19973,7 +19979,8 @@ g2k6pairs:
 g2k6loop:
 	MOVQ        (SP), R14
 	PREFETCHT0  (R14)
-	ADDQ        $0x40, R14
+	PREFETCHT0  64(R14)
+	ADDQ        $0x80, R14
 	CMPQ        R14, 8(SP)
 	CMOVQGT     8(SP), R14
 	MOVQ        R14, (SP)
@@ -20160,7 +20167,8 @@ g2k4pairs:
 g2k4loop:
 	MOVQ        (SP), R12
 	PREFETCHT0  (R12)
-	ADDQ        $0x40, R12
+	PREFETCHT0  64(R12)
+	ADDQ        $0x80, R12
 	CMPQ        R12, 8(SP)
 	CMOVQGT     8(SP), R12
 	MOVQ        R12, (SP)
@@ -20300,7 +20308,8 @@ g2k2pairs:
 g2k2loop:
 	MOVQ        (SP), R10
 	PREFETCHT0  (R10)
-	ADDQ        $0x40, R10
+	PREFETCHT0  64(R10)
+	ADDQ        $0x80, R10
 	CMPQ        R10, 8(SP)
 	CMOVQGT     8(SP), R10
 	MOVQ        R10, (SP)
@@ -20401,7 +20410,8 @@ g2k1pairs:
 g2k1loop:
 	MOVQ        (SP), R9
 	PREFETCHT0  (R9)
-	ADDQ        $0x40, R9
+	PREFETCHT0  64(R9)
+	ADDQ        $0x80, R9
 	CMPQ        R9, 8(SP)
 	CMOVQGT     8(SP), R9
 	MOVQ        R9, (SP)
@@ -20508,7 +20518,8 @@ g1k8pairs:
 g1k8loop:
 	MOVQ        (SP), R15
 	PREFETCHT0  (R15)
-	ADDQ        $0x40, R15
+	PREFETCHT0  64(R15)
+	ADDQ        $0x80, R15
 	CMPQ        R15, 8(SP)
 	CMOVQGT     8(SP), R15
 	MOVQ        R15, (SP)
@@ -20640,7 +20651,8 @@ g1k4pairs:
 g1k4loop:
 	MOVQ        (SP), R11
 	PREFETCHT0  (R11)
-	ADDQ        $0x40, R11
+	PREFETCHT0  64(R11)
+	ADDQ        $0x80, R11
 	CMPQ        R11, 8(SP)
 	CMOVQGT     8(SP), R11
 	MOVQ        R11, (SP)
@@ -20737,7 +20749,8 @@ g1k2pairs:
 g1k2loop:
 	MOVQ        (SP), R9
 	PREFETCHT0  (R9)
-	ADDQ        $0x40, R9
+	PREFETCHT0  64(R9)
+	ADDQ        $0x80, R9
 	CMPQ        R9, 8(SP)
 	CMOVQGT     8(SP), R9
 	MOVQ        R9, (SP)
@@ -20812,7 +20825,8 @@ g1k1pairs:
 g1k1loop:
 	MOVQ        (SP), R8
 	PREFETCHT0  (R8)
-	ADDQ        $0x40, R8
+	PREFETCHT0  64(R8)
+	ADDQ        $0x80, R8
 	CMPQ        R8, 8(SP)
 	CMOVQGT     8(SP), R8
 	MOVQ        R8, (SP)

@@ -200,8 +200,8 @@ func dotRows() {
 }
 
 // dotRowsPF emits the DotRows kernels with a prefetch hint: the same code
-// with a line of pf prefetched every pass over 16 columns of a block of
-// keys (see dotRowsBlock).
+// with a line of pf (two for float32 keys) prefetched every pass over 16
+// columns of a block of keys (see dotRowsBlock, pfLinesPerPass).
 func dotRowsPF() {
 	dotRowsKernel("dotRowsPFAVX2", "[]float32", kF32, true,
 		"dotRowsPFAVX2 is dotRowsAVX2 prefetching pf a line at a time (see DotRowsPF).",
@@ -341,7 +341,8 @@ func dotRowsGroup(R int, qg, sg Register, ke kElem, buf Mem, pf *prefetcher) {
 // one (and it is not a key to widen). Blocks with fewer than 8
 // accumulators keep two sets, used on alternate 8-column groups, so that
 // they too have 4 to 12 FMA chains. With a prefetcher, each pass of the
-// loop over pairs of 8-column groups prefetches a line of its hint.
+// loop over pairs of 8-column groups prefetches pfLinesPerPass lines of
+// its hint.
 func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem, buf Mem, pf *prefetcher) {
 	Commentf("Block of %d rows × %d keys.", R, J)
 	sets := 1
@@ -429,7 +430,7 @@ func dotRowsBlock(R, J int, pre string, qp []Register, kp, sp Register, ke kElem
 	JZ(LabelRef(pre + "tail"))
 	Label(pre + "loop")
 	if pf != nil {
-		pf.next(1)
+		pf.next(pfLinesPerPass(ke))
 	}
 	step(0, 0)
 	step(1%sets, 1)
@@ -639,15 +640,31 @@ func reduceMany(a []VecVirtual) VecVirtual {
 	return combine(s01, s23, 0xcc, 0x4e)
 }
 
+// pfLinesPerPass is the number of lines a DotRows kernel with keys ke
+// prefetches each pass over 16 columns of a block: 2 for float32 keys, 1
+// for narrower ones. A float32 block of keys and values takes twice as
+// long to arrive as a 16-bit one for the same arithmetic, and at one line
+// a pass DotRows prefetched at half the rate of memory while Gemm, at two
+// lines per 4 steps of k, kept up with it. Measured on Zen 3 (decode step,
+// H = 32, Hkv = 8, D = 128, 16k and 64k positions, 31 paired runs in one
+// process, two runs): 2 lines made the float32 step 4–5% faster and left
+// the bf16 step where it was (−2% to +1%).
+func pfLinesPerPass(ke kElem) int {
+	if ke.size == 4 {
+		return 2
+	}
+	return 1
+}
+
 // prefetcher walks a prefetch hint a line at a time with PREFETCHT0, its
 // pointer and the address of its last line kept in the frame (the
 // kernels use every general register); once at the last line it stays
 // there.
 //
 // The rate is that of the kernels' inner loops: one line per pass over
-// 16 columns of a DotRows block (J keys), two per 4 steps of k of a Gemm
-// block, about one line every 12 to 16 cycles for the decode step's
-// shapes. Measured on Zen 3 (one core streaming a bf16 cache, 4 query
+// 16 columns of a DotRows block (J keys; two for float32 keys, see
+// pfLinesPerPass), two per 4 steps of k of a Gemm block, about one line
+// every 12 to 16 cycles for the decode step's shapes. Measured on Zen 3 (one core streaming a bf16 cache, 4 query
 // rows): prefetching as many lines as the kernels read instead (2 a pass
 // of DotRows, 3 for float32 keys) stalls the kernels on the prefetches,
 // once the core's misses in flight are at their limit, and the step is
