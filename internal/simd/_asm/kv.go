@@ -664,16 +664,17 @@ func pfLinesPerPass(ke kElem) int {
 // The rate is that of the kernels' inner loops: one line per pass over
 // 16 columns of a DotRows block (J keys; two for float32 keys, see
 // pfLinesPerPass), two per 4 steps of k of a Gemm block, about one line
-// every 12 to 16 cycles for the decode step's shapes. Measured on Zen 3 (one core streaming a bf16 cache, 4 query
-// rows): prefetching as many lines as the kernels read instead (2 a pass
-// of DotRows, 3 for float32 keys) stalls the kernels on the prefetches,
-// once the core's misses in flight are at their limit, and the step is
-// about 5% slower; PREFETCHT1, PREFETCHT2 and PREFETCHNTA did no better
-// than PREFETCHT0. So with float32 blocks: kernels prefetching all of the
-// next block (3 lines a DotRows pass, 4 a Gemm pass) and no touch ran a
-// stream of 64-row blocks (4 query rows, D = 128) at 0.58–0.59 of the
-// rate of reading it alone, against 0.80–0.93 for the touch with these
-// rates (one process, 11 interleaved rounds, 1 and 2 cores).
+// every 12 to 16 cycles for the decode step's shapes. Measured on Zen 3
+// (one core streaming a bf16 cache, 4 query rows): prefetching as many
+// lines as the kernels read instead (2 a pass of DotRows, 3 for float32
+// keys) stalls the kernels on the prefetches, once the core's misses in
+// flight are at their limit, and the step is about 5% slower;
+// PREFETCHT1, PREFETCHT2 and PREFETCHNTA did no better than PREFETCHT0.
+// So with float32 blocks: kernels prefetching all of the next block (3
+// lines a DotRows pass, 4 a Gemm pass) and no touch ran a stream of
+// 64-row blocks (4 query rows, D = 128) at 0.58–0.59 of the rate of
+// reading it alone, against 0.80–0.93 for the touch with these rates
+// (one process, 11 interleaved rounds, 1 and 2 cores).
 type prefetcher struct {
 	p, end Mem
 }
