@@ -16,7 +16,7 @@
 // 32, Hkv = 8, D = 128, 16k and 64k positions) ran 5–11% faster with
 // float32 storage and 8–19% faster with bf16; the streaming probe read
 // from −1% to 19% faster, so the step's fraction of the probe moved
-// little (61–75% either way).
+// little (54–79% either way).
 package hugepage
 
 // Size is the huge page size Advise aligns to.
