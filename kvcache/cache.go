@@ -159,7 +159,7 @@ func (c *Cache) alloc(rows int) {
 	switch c.cfg.DType {
 	case I8:
 		n := heads * rows * c.stride
-		nk, nv := alignedI8(n), alignedI8(n)
+		nk, nv := aligned[int8](n), aligned[int8](n)
 		nks, nvs := make([]float32, heads*rows), make([]float32, heads*rows)
 		for h := range heads {
 			if c.kq != nil {
@@ -171,7 +171,7 @@ func (c *Cache) alloc(rows int) {
 		}
 		c.kq, c.vq, c.ks, c.vs = nk, nv, nks, nvs
 	case F32:
-		nk, nv := alignedF32(heads*rows*c.stride), alignedF32(heads*rows*c.stride)
+		nk, nv := aligned[float32](heads*rows*c.stride), aligned[float32](heads*rows*c.stride)
 		for h := range heads {
 			if c.kf != nil {
 				copy(nk[h*rows*c.stride:], c.kf[h*c.cap*c.stride:][:c.Held()*c.stride])
@@ -180,7 +180,7 @@ func (c *Cache) alloc(rows int) {
 		}
 		c.kf, c.vf = nk, nv
 	default:
-		nk, nv := alignedU16(heads*rows*c.stride), alignedU16(heads*rows*c.stride)
+		nk, nv := aligned[uint16](heads*rows*c.stride), aligned[uint16](heads*rows*c.stride)
 		for h := range heads {
 			if c.kh != nil {
 				copy(nk[h*rows*c.stride:], c.kh[h*c.cap*c.stride:][:c.Held()*c.stride])
@@ -192,26 +192,14 @@ func (c *Cache) alloc(rows int) {
 	c.cap = rows
 }
 
-// alignedF32 returns n float32s starting on a 64-byte boundary, on huge
+// aligned returns n elements starting on a 64-byte boundary, on huge
 // pages where the system allows: the decode step streams them.
-func alignedF32(n int) []float32 {
-	buf := make([]float32, n+16)
+func aligned[T float32 | uint16 | int8](n int) []T {
+	size := int(unsafe.Sizeof(T(0)))
+	pad := 64 / size
+	buf := make([]T, n+pad)
 	hugepage.Advise(buf)
-	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 4
-	return buf[off : off+n : off+n]
-}
-
-func alignedU16(n int) []uint16 {
-	buf := make([]uint16, n+32)
-	hugepage.Advise(buf)
-	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / 2
-	return buf[off : off+n : off+n]
-}
-
-func alignedI8(n int) []int8 {
-	buf := make([]int8, n+64)
-	hugepage.Advise(buf)
-	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64
+	off := (64 - int(uintptr(unsafe.Pointer(&buf[0]))%64)) % 64 / size
 	return buf[off : off+n : off+n]
 }
 
