@@ -261,3 +261,10 @@ func (pr *projector) project(dst, x, proj []float32, end, k int) {
 		}
 	}
 }
+
+// NewDecoder always fails: Linformer projects keys and values along the
+// whole length, so every output depends on every position and there is no
+// causal, incremental form.
+func (l *Linformer) NewDecoder(attn.DecodeConfig) (attn.Decoder, error) {
+	return nil, fmt.Errorf("%w: linformer projects K and V over the whole length, so it cannot decode causally", attn.ErrUnsupported)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/hyper"
+	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/linear"
 	"github.com/attnkit/attn/linformer"
 	"github.com/attnkit/attn/performer"
@@ -497,4 +498,18 @@ func ParseInts(what, s string, lo, hi int) ([]int, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// NewDecoder returns the incremental decoder of m, a mechanism this
+// registry built: its own (attn.Decodable), or for exact attention a KV
+// cache. A mechanism without one gives an error wrapping
+// attn.ErrUnsupported that says why.
+func NewDecoder(m attn.Mechanism, cfg attn.DecodeConfig) (attn.Decoder, error) {
+	if d, ok := m.(attn.Decodable); ok {
+		return d.NewDecoder(cfg)
+	}
+	if _, ok := m.(*flash.Kernel); ok {
+		return kvcache.NewDecoder(cfg)
+	}
+	return nil, fmt.Errorf("%w: %s has no incremental decoder", attn.ErrUnsupported, m.Name())
 }
