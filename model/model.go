@@ -280,3 +280,24 @@ func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc
 // errStop is returned by observers that have seen what they wanted; it
 // never leaves this package.
 var errStop = errors.New("stop")
+
+// Fallback returns why layer l runs exact attention instead of its
+// mechanism's approximation in a causal pass over n positions (a
+// mechanism's minimum length, say), or "" when the approximation runs or
+// the layer is exact to begin with.
+func (m *Model) Fallback(l, n int) string {
+	if !m.Patched(l) || n <= 0 {
+		return ""
+	}
+	c := m.cfg
+	s := attn.Shape{B: 1, H: c.Heads, HKV: c.KVHeads, N: n, M: n, D: c.HeadDim()}
+	return attn.FallbackOf(m.mechs[l], s, attn.Options{Causal: true, Workers: m.workers})
+}
+
+// Mechanism returns the mechanism of layer l (nil outside the model).
+func (m *Model) Mechanism(l int) attn.Mechanism {
+	if l < 0 || l >= len(m.mechs) {
+		return nil
+	}
+	return m.mechs[l]
+}
