@@ -58,7 +58,10 @@ func BenchmarkDecode15M(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			sess, _ := m.NewSession()
+			sess, err := m.NewSession()
+			if err != nil {
+				b.Fatal(err)
+			}
 			logits := make([]float32, stories15M.Vocab)
 			rng := rand.New(rand.NewPCG(1, 1))
 			ctx := context.Background()

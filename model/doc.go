@@ -28,15 +28,17 @@
 // Each layer's attention is one call of its mechanism over the sequence
 // with the causal mask (exact layers: the fused kernel of package flash).
 //
-// A Session decodes step by step: exact layers keep a kvcache.Cache and
-// attend only the new positions (Cache.Step); a step of one token is
-// matrix-vector products (simd.DotRows: every weight read once, bound by
-// memory bandwidth) and one decode-kernel call per layer. Patched layers keep
-// their past queries, keys and values and run their mechanism over the
-// whole sequence at every step, keeping the new rows, so that decoding a
-// patched model gives what Forward gives on the whole sequence, at the
-// cost of a whole attention pass a step. Decoding token by token matches
-// Forward's logits to float32 rounding (the tests ask 1e-4).
+// A Session decodes step by step: every layer attends through its
+// mechanism's incremental decoder (attn.Decoder, from registry.NewDecoder)
+// and only the new positions are computed. Exact layers keep a KV cache
+// (package kvcache; Cache.Step); sparse patterns keep one and read only
+// the positions their pattern allows; linear attention and Performer keep
+// a recurrent state of fixed size; Reformer and HyperAttention decode by
+// their own documented rules. A step of one token is matrix-vector
+// products (simd.DotRows: every weight read once, bound by memory
+// bandwidth) and one decoder step per layer. Decoding token by token
+// matches Forward's logits to float32 rounding for every mechanism whose
+// causal Forward is its decoder's rule (the tests ask 1e-4).
 //
 // Costs per token: 2·P flops for P weights, plus attention: 4·t·Dim for
 // the t-th position with exact attention. A decode step reads every

@@ -283,8 +283,14 @@ func TestExactPatchChangesNothing(t *testing.T) {
 			t.Errorf("layer %d: Patched = %v, Attention = %q", l, patched.Patched(l), patched.Attention(l))
 		}
 	}
-	sa, _ := plain.NewSession()
-	sb, _ := patched.NewSession()
+	sa, err := plain.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := patched.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
 	la, lb := make([]float32, cfg.Vocab), make([]float32, cfg.Vocab)
 	for i := range tokens {
 		if err := sa.Step(ctx, tokens[i:i+1], la); err != nil {
@@ -326,7 +332,10 @@ func TestPatchedDecode(t *testing.T) {
 		if maxDiff(full, ex) < 1e-3 {
 			t.Errorf("%s: patched logits equal the exact model's; the patch did nothing", spec)
 		}
-		sess, _ := m.NewSession()
+		sess, err := m.NewSession()
+		if err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
 		logits := make([]float32, cfg.Vocab)
 		for pos := 0; pos < n; {
 			step := min(1+pos%3, n-pos)
@@ -417,7 +426,16 @@ func TestErrors(t *testing.T) {
 		err  error
 		want error
 	}{"causal linformer", lf.Forward(ctx, []int{1, 2, 3}, 2, logits), attn.ErrUnsupported})
-	sess, _ := m.NewSession()
+	_, err = lf.NewSession()
+	cases = append(cases, struct {
+		name string
+		err  error
+		want error
+	}{"linformer session", err, attn.ErrUnsupported})
+	sess, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases = append(cases, struct {
 		name string
 		err  error

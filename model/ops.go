@@ -111,16 +111,6 @@ func ropeTable(pos0, n, d int, base float32) (cos, sin []float32) {
 	return cos, sin
 }
 
-// toHeads copies x [n][heads][d] (position-major, as the projections give
-// it) to dst [heads][n][d] (attention's layout).
-func toHeads(dst, x []float32, n, heads, d int) {
-	for t := range n {
-		for h := range heads {
-			copy(dst[(h*n+t)*d:][:d], x[(t*heads+h)*d:][:d])
-		}
-	}
-}
-
 // swiGLU sets g[i] = silu(g[i])·u[i], silu(x) = x/(1+exp(-x)).
 func swiGLU(g, u []float32) {
 	var e [256]float32

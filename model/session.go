@@ -7,51 +7,34 @@ import (
 	"slices"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/kvcache"
+	"github.com/attnkit/attn/registry"
 )
 
-// Session decodes one sequence step by step. Exact layers keep their keys
-// and values in a kvcache.Cache and attend only the new positions to it.
-// Patched layers keep the queries, keys and values of every position and
-// run their mechanism over the whole sequence so far at every step (N = M
-// = Len), keeping the rows of the new positions: the result is that of
-// Forward over the whole sequence, but a step costs a whole pass of the
-// mechanism rather than one row. A Session is not safe for concurrent
+// Session decodes one sequence step by step. Every layer attends through
+// its mechanism's incremental decoder (attn.Decoder, built by
+// registry.NewDecoder): exact layers keep a KV cache, windows read only
+// the keys their pattern allows, linear and Performer layers a recurrent
+// state, so a step costs what the new positions need and never a pass
+// over the past. A mechanism without a causal decoder (Linformer) cannot
+// be decoded: NewSession says so. A Session is not safe for concurrent
 // use.
 type Session struct {
-	m      *Model
-	caches []*kvcache.Cache // exact layers
-	hist   []*history       // patched layers
-	pos    int
-}
-
-// history holds a patched layer's past, position-major: q [pos][H·D], k and
-// v [pos][Hkv·D], after the rotary embedding.
-type history struct {
-	q, k, v          []float32
-	qh, kh, vh, outh []float32 // head-major copies for the mechanism
+	m    *Model
+	decs []attn.Decoder // per layer
+	pos  int
 }
 
 // NewSession returns an empty session.
 func (m *Model) NewSession() (*Session, error) {
 	c := m.cfg
-	s := &Session{m: m, caches: make([]*kvcache.Cache, c.Layers), hist: make([]*history, c.Layers)}
+	s := &Session{m: m, decs: make([]attn.Decoder, c.Layers)}
+	cfg := attn.DecodeConfig{B: 1, H: c.Heads, HKV: c.KVHeads, D: c.HeadDim(), Workers: m.workers, Storage: m.cache.String()}
 	for l := range c.Layers {
-		if m.patched[l] {
-			s.hist[l] = &history{}
-			continue
-		}
-		cfg := kvcache.Config{B: 1, HKV: c.KVHeads, D: c.HeadDim(), DType: m.cache}
-		if c.SeqLen > 0 {
-			// The cache doubles as it fills; a long advertised context
-			// should not cost its memory up front.
-			cfg.Capacity = min(c.SeqLen, 2048)
-		}
-		kc, err := kvcache.New(cfg)
+		d, err := registry.NewDecoder(m.mechs[l], cfg)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("layer %d (%s): %w", l, m.labels[l], err)
 		}
-		s.caches[l] = kc
+		s.decs[l] = d
 	}
 	return s, nil
 }
@@ -59,18 +42,20 @@ func (m *Model) NewSession() (*Session, error) {
 // Len returns the number of positions fed so far.
 func (s *Session) Len() int { return s.pos }
 
+// Bytes returns the memory the layers' decoders hold (KV caches, states).
+func (s *Session) Bytes() int {
+	n := 0
+	for _, d := range s.decs {
+		n += d.Bytes()
+	}
+	return n
+}
+
 // Reset empties the session, keeping its memory.
 func (s *Session) Reset() {
 	s.pos = 0
-	for _, c := range s.caches {
-		if c != nil {
-			c.Reset()
-		}
-	}
-	for _, h := range s.hist {
-		if h != nil {
-			h.q, h.k, h.v = h.q[:0], h.k[:0], h.v[:0]
-		}
+	for _, d := range s.decs {
+		d.Reset()
 	}
 }
 
@@ -87,63 +72,17 @@ func (s *Session) Step(ctx context.Context, tokens []int, logits []float32) erro
 	if logits != nil && len(logits) != m.cfg.Vocab {
 		return errShape("logits", len(logits), m.cfg.Vocab)
 	}
-	opts := attn.Options{Workers: m.workers}
 	att := func(ctx context.Context, l int, sh attn.Shape, q, k, v, out []float32) error {
-		if kc := s.caches[l]; kc != nil {
-			if err := kc.Step(ctx, sh.H, q, k, v, n, opts, out, nil); err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
-			return nil
+		if err := s.decs[l].Step(ctx, q, k, v, n, nil, out, nil); err != nil {
+			return fmt.Errorf("layer %d (%s): %w", l, m.labels[l], err)
 		}
-		return s.attendPatched(ctx, l, sh, q, k, v, out)
+		return nil
 	}
 	if err := m.pass(ctx, tokens, s.pos, att, n-1, logits); err != nil {
 		return err
 	}
 	s.pos += n
 	return nil
-}
-
-// attendPatched appends the new positions to layer l's history and runs
-// its mechanism over the whole sequence, causally.
-func (s *Session) attendPatched(ctx context.Context, l int, sh attn.Shape, q, k, v, out []float32) error {
-	h := s.hist[l]
-	n, d := sh.N, sh.D
-	// The pass gives q, k, v head-major for its n positions; the history
-	// is position-major so that it grows by appending.
-	h.q = appendPositions(h.q, q, n, sh.H, d)
-	h.k = appendPositions(h.k, k, n, sh.HKV, d)
-	h.v = appendPositions(h.v, v, n, sh.HKV, d)
-	t := s.pos + n
-	full := attn.Shape{B: 1, H: sh.H, HKV: sh.HKV, N: t, M: t, D: d}
-	h.qh = slices.Grow(h.qh[:0], full.QLen())[:full.QLen()]
-	h.kh = slices.Grow(h.kh[:0], full.KVLen())[:full.KVLen()]
-	h.vh = slices.Grow(h.vh[:0], full.KVLen())[:full.KVLen()]
-	h.outh = slices.Grow(h.outh[:0], full.QLen())[:full.QLen()]
-	toHeads(h.qh, h.q, t, sh.H, d)
-	toHeads(h.kh, h.k, t, sh.HKV, d)
-	toHeads(h.vh, h.v, t, sh.HKV, d)
-	o := attn.Options{Causal: true, Workers: s.m.workers}
-	if err := s.m.mechs[l].Forward(ctx, full, h.qh, h.kh, h.vh, o, h.outh, nil); err != nil {
-		return fmt.Errorf("layer %d (%s): %w", l, s.m.labels[l], err)
-	}
-	// Rows t-n…t-1 of every head are the new positions' outputs.
-	for hd := range sh.H {
-		copy(out[hd*n*d:][:n*d], h.outh[(hd*t+t-n)*d:][:n*d])
-	}
-	return nil
-}
-
-// appendPositions appends x ([heads][n][d]) to dst position by position.
-func appendPositions(dst, x []float32, n, heads, d int) []float32 {
-	base := len(dst)
-	dst = slices.Grow(dst, n*heads*d)[:base+n*heads*d]
-	for hd := range heads {
-		for t := range n {
-			copy(dst[base+(t*heads+hd)*d:][:d], x[(hd*n+t)*d:][:d])
-		}
-	}
-	return dst
 }
 
 // Activations runs the model over tokens and returns the attention inputs
