@@ -131,7 +131,7 @@ func (p *trainPass) forward(ctx context.Context) ([]float32, error) {
 		headsFromT(A.kh, k, n, ld, c.KVHeads, hd)
 		headsFromT(A.vh, v, n, ld, c.KVHeads, hd)
 		start := time.Now()
-		err := t.att.forward(ctx, s, A.qh, A.kh, A.vh, t.attnOpts(), A.oh, A.lse)
+		err := t.att[l].Forward(ctx, s, A.qh, A.kh, A.vh, t.attnOpts(), A.oh, A.lse)
 		t.attnTime += time.Since(start)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", l, err)
@@ -280,7 +280,7 @@ func (p *trainPass) backward(ctx context.Context, dz []float32) error {
 		}
 		headsFromT(doh, do, n, ld, c.Heads, hd)
 		start := time.Now()
-		err := t.att.backward(ctx, s, A.qh, A.kh, A.vh, A.oh, A.lse, doh, t.attnOpts(), dqh, dkh, dvh)
+		err := t.att[l].Backward(ctx, s, A.qh, A.kh, A.vh, A.oh, A.lse, doh, t.attnOpts(), dqh, dkh, dvh)
 		t.attnTime += time.Since(start)
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)

@@ -6,26 +6,23 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/internal/simd"
-	linattn "github.com/attnkit/attn/linear"
-	"github.com/attnkit/attn/sparse"
+	"github.com/attnkit/attn/registry"
 )
 
 // TrainConfig are the settings of a training run. Zero fields take the
 // defaults named; they are those of small GPT-style runs (nanoGPT,
 // llama2.c's tinystories models).
 type TrainConfig struct {
-	// Attention is the attention every layer trains with: "exact" (or
-	// ""), "linear" (elu+1 features, causal by chunked prefix sums) or
-	// "window:left=W" (causal sliding window of W keys before each
-	// query, plus the query itself). A model trained with a mechanism
-	// runs with it (Config.Attention).
+	// Attention is the attention every layer trains with, a registry
+	// mechanism with a backward pass and its parameters in the syntax of
+	// ParsePatch without layers: "exact" (or ""), "linear",
+	// "window:left=64", …. Layer l's mechanism is built with seed l. A
+	// model trained with a mechanism runs with it (Config.Attention).
 	Attention string
 	Context   int // tokens per training sequence (default Config.SeqLen)
 	Batch     int // sequences per step (default 1)
@@ -94,8 +91,8 @@ type Trainer struct {
 	cfg     Config
 	tc      TrainConfig
 	workers int
-	att     trainAttention
-	step    int // steps taken
+	att     []trainAttention // per layer
+	step    int              // steps taken
 	// attnTime is the wall time spent in attention's forward and
 	// backward calls.
 	attnTime time.Duration
@@ -156,7 +153,7 @@ func NewTrainer(w *Weights, tc TrainConfig) (*Trainer, error) {
 	case math.IsNaN(tc.WeightDecay) || math.IsNaN(tc.Clip):
 		return nil, fmt.Errorf("%w: NaN WeightDecay or Clip", attn.ErrInput)
 	}
-	att, err := newTrainAttention(tc.Attention)
+	att, err := newTrainAttention(tc.Attention, cfg.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -448,95 +445,32 @@ func InitWeights(cfg Config, seed uint64) (*Weights, error) {
 }
 
 // trainAttention is a layer's attention with its backward pass.
-type trainAttention interface {
-	forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error
-	backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error
+type trainAttention struct {
+	attn.Mechanism
+	attn.Differentiable
 }
 
-type exactTrain struct{ k *flash.Kernel }
-
-func (e exactTrain) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
-	return e.k.Forward(ctx, s, q, k, v, o, out, lse)
-}
-
-func (e exactTrain) backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
-	return e.k.Backward(ctx, s, q, k, v, out, lse, dout, o, nil, dq, dk, dv)
-}
-
-type windowTrain struct {
-	fwd *sparse.Attention
-	pat sparse.Window
-	k   *flash.Kernel
-}
-
-func (w windowTrain) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
-	return w.fwd.Forward(ctx, s, q, k, v, o, out, lse)
-}
-
-func (w windowTrain) backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
-	return w.k.Backward(ctx, s, q, k, v, out, lse, dout, o, w.pat, dq, dk, dv)
-}
-
-type linearTrain struct{ a *linattn.Attention }
-
-func (l linearTrain) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
-	return l.a.Forward(ctx, s, q, k, v, o, out, lse)
-}
-
-func (l linearTrain) backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
-	return l.a.Backward(ctx, s, q, k, v, out, lse, dout, o, dq, dk, dv)
-}
-
-// newTrainAttention parses a TrainConfig.Attention spec.
-func newTrainAttention(spec string) (trainAttention, error) {
-	name, params, _ := strings.Cut(spec, ":")
-	kv := map[string]int{}
-	if params != "" {
-		for p := range strings.SplitSeq(params, ",") {
-			k, v, ok := strings.Cut(p, "=")
-			n, err := strconv.Atoi(v)
-			if !ok || err != nil || n < 0 {
-				return nil, fmt.Errorf("%w: training attention %q: parameter %q is not name=integer", attn.ErrInput, spec, p)
-			}
-			kv[k] = n
-		}
+// newTrainAttention builds the attention of every layer from a
+// TrainConfig.Attention spec through the registry, layer l with seed l:
+// what Model builds for the trained weights with Options.Seed 0, so that
+// the mechanisms that draw at random (Performer's features, say) run with
+// the draws they were trained with.
+func newTrainAttention(spec string, layers int) ([]trainAttention, error) {
+	ps, err := ParsePatch(spec)
+	if err != nil || len(ps) != 1 || ps[0].Layers != nil {
+		return nil, fmt.Errorf("%w: training attention %q is not one mechanism NAME[:name=value,...] without layers", attn.ErrInput, spec)
 	}
-	allow := func(names ...string) error {
-		for k := range kv {
-			found := false
-			for _, n := range names {
-				found = found || k == n
-			}
-			if !found {
-				return fmt.Errorf("%w: training attention %q: unknown parameter %q", attn.ErrInput, spec, k)
-			}
-		}
-		return nil
-	}
-	switch name {
-	case "exact":
-		if err := allow(); err != nil {
-			return nil, err
-		}
-		return exactTrain{flash.New(flash.Config{})}, nil
-	case "linear":
-		if err := allow(); err != nil {
-			return nil, err
-		}
-		return linearTrain{linattn.New(linattn.Config{})}, nil
-	case "window":
-		if err := allow("left"); err != nil {
-			return nil, err
-		}
-		left, ok := kv["left"]
-		if !ok || left < 1 {
-			return nil, fmt.Errorf("%w: training attention %q: window needs left >= 1", attn.ErrInput, spec)
-		}
-		fwd, err := sparse.NewWindow(sparse.WindowConfig{Left: left, Right: left})
+	out := make([]trainAttention, layers)
+	for l := range out {
+		m, err := registry.New(ps[0].Mechanism, ps[0].Settings, uint64(l))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: training attention %q: %v", attn.ErrInput, spec, err)
 		}
-		return windowTrain{fwd, sparse.Window{Left: left, Right: left, Dilation: 1}, flash.New(flash.Config{})}, nil
+		d, err := registry.Differentiable(m)
+		if err != nil {
+			return nil, fmt.Errorf("training attention %q: %w", spec, err)
+		}
+		out[l] = trainAttention{m, d}
 	}
-	return nil, fmt.Errorf("%w: training attention %q: want exact, linear or window:left=W", attn.ErrUnsupported, spec)
+	return out, nil
 }

@@ -253,9 +253,9 @@ func TestTrainErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []TrainConfig{
-		{},                              // no steps
-		{Steps: 1, Attention: "hyper"},  // no backward
-		{Steps: 1, Attention: "window"}, // no width
+		{},                             // no steps
+		{Steps: 1, Attention: "hyper"}, // no backward
+		{Steps: 1, Attention: "window:left=-1"},
 		{Steps: 1, Attention: "exact:x=1"},
 		{Steps: 1, Batch: -1},
 		{Steps: 4, Warmup: 5},

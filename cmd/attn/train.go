@@ -62,7 +62,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.KVHeads, "kv-heads", 2, "key/value heads (GQA)")
 	fs.BoolVar(&c.TiedOutput, "tied", false, "tie the output layer to the embedding")
 	fs.IntVar(&tc.Context, "ctx", 512, "tokens per training sequence (the model's context length)")
-	fs.StringVar(&tc.Attention, "attn", "exact", "attention to train with: exact, linear or window:left=W")
+	fs.StringVar(&tc.Attention, "attn", "exact", "attention to train with: a registry mechanism with a backward pass and its parameters, e.g. exact, linear, window:left=64")
 	fs.IntVar(&tc.Batch, "batch", 1, "sequences per step")
 	fs.IntVar(&tc.Steps, "steps", 1000, "steps of the cosine schedule")
 	fs.IntVar(&tc.Warmup, "warmup", 0, "warm-up steps (0: steps/20)")
