@@ -58,7 +58,12 @@ func (*Kernel) Name() string { return "exact" }
 // Attention computes exact attention with the default kernel and returns
 // newly allocated out[B][H][N][D] and lse[B][H][N].
 func Attention(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options) (out, lse []float32, err error) {
-	if err := s.Validate(); err != nil {
+	// The inputs are checked before the outputs are allocated, so that a
+	// huge shape with short or nil inputs is an error, not out of memory.
+	if err := s.CheckTensors(q, k, v, nil, nil); err != nil {
+		return nil, nil, err
+	}
+	if err := o.Check(s); err != nil {
 		return nil, nil, err
 	}
 	out = make([]float32, s.QLen())

@@ -297,3 +297,13 @@ func TestPaddingIsInert(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionChecksBeforeAllocating asks for a shape whose outputs
+// would take terabytes, with nil inputs: the error must come before the
+// allocation.
+func TestAttentionChecksBeforeAllocating(t *testing.T) {
+	_, _, err := Attention(context.Background(), attn.Shape{B: 1, H: 1 << 20, HKV: 1, N: 1 << 10, M: 1, D: 1 << 10}, nil, nil, nil, attn.Options{})
+	if !errors.Is(err, attn.ErrShape) {
+		t.Errorf("huge shape, nil inputs: err = %v, want ErrShape", err)
+	}
+}

@@ -115,18 +115,49 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{cfg: cfg}
 	perLine := 64 / cfg.DType.Size()
+	if cfg.D > maxBytes {
+		return nil, fmt.Errorf("%w: kvcache D = %d is too large", attn.ErrShape, cfg.D)
+	}
 	c.stride = (cfg.D + perLine - 1) / perLine * perLine
 	c.cap = cfg.Capacity
 	if c.cap == 0 {
 		c.cap = 256
 	}
 	if cfg.Window > 0 {
+		if cfg.Window > maxBytes || cfg.Sinks > maxBytes {
+			return nil, fmt.Errorf("%w: kvcache Window = %d, Sinks = %d: too many positions", attn.ErrInput, cfg.Window, cfg.Sinks)
+		}
 		c.cap = cfg.Sinks + cfg.Window
 	} else if cfg.MaxLen > 0 {
 		c.cap = min(c.cap, cfg.MaxLen)
 	}
+	// What New allocates up front is checked against a bound before it is
+	// asked for: a windowed cache's whole ring, or the first Capacity
+	// rows, must fit in maxBytes.
+	if !fitsBytes(2*c.cfg.DType.Size(), cfg.B, cfg.HKV, c.cap, c.stride) {
+		return nil, fmt.Errorf("%w: kvcache of B = %d, Hkv = %d, D = %d and %d positions allocated at once needs more than 2^40 bytes",
+			attn.ErrInput, cfg.B, cfg.HKV, cfg.D, c.cap)
+	}
 	c.alloc(c.cap)
 	return c, nil
+}
+
+// maxBytes bounds the memory a cache may ask for: far beyond any machine
+// this runs on, small enough that products of sizes below it cannot
+// overflow an int.
+const maxBytes = 1 << 40
+
+// fitsBytes reports whether the product of xs is at most maxBytes,
+// without overflow.
+func fitsBytes(xs ...int) bool {
+	p := 1
+	for _, x := range xs {
+		if x <= 0 || p > maxBytes/x {
+			return x == 0
+		}
+		p *= x
+	}
+	return true
 }
 
 // Config returns the configuration the cache was made with.
@@ -242,6 +273,9 @@ func (c *Cache) Append(k, v []float32, n int) error {
 		}
 		if c.cfg.MaxLen > 0 {
 			rows = min(rows, c.cfg.MaxLen)
+		}
+		if !fitsBytes(2*c.cfg.DType.Size(), c.cfg.B, c.cfg.HKV, rows, c.stride) {
+			return fmt.Errorf("%w: %d + %d positions would need more than 2^40 bytes", ErrFull, c.n, n)
 		}
 		c.alloc(rows)
 	}

@@ -320,3 +320,20 @@ func TestAttendShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestNewHugeSizes asks for caches whose first allocation would not fit
+// any machine: New must return an error, not panic in makeslice or run
+// out of memory.
+func TestNewHugeSizes(t *testing.T) {
+	for _, cfg := range []Config{
+		{B: 1, HKV: 1, D: 64, Capacity: 1 << 40},
+		{B: 1, HKV: 1, D: 64, Window: 1 << 40},
+		{B: 1, HKV: 1, D: 64, Window: 1 << 20, Sinks: 1 << 40},
+		{B: 1 << 30, HKV: 1 << 30, D: 64},
+		{B: 1, HKV: 1, D: 1 << 50},
+	} {
+		if _, err := New(cfg); !errors.Is(err, attn.ErrInput) && !errors.Is(err, attn.ErrShape) {
+			t.Errorf("New(%+v): err = %v, want ErrInput or ErrShape", cfg, err)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package kvcache
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
+)
+
+// TestDecoderRagged decodes a batch of three sequences of different
+// lengths, a prompt chunk with padding and then one token a step, and
+// compares every output with one causal Forward over each sequence alone.
+func TestDecoderRagged(t *testing.T) {
+	const seed = 41
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx := context.Background()
+	const b, h, hkv, d, chunk, steps = 3, 6, 2, 19, 23, 9
+	prompt := []int{23, 7, 16} // real positions of the chunk, per sequence
+	cfg := attn.DecodeConfig{B: b, H: h, HKV: hkv, D: d, Workers: 3}
+	dec, err := NewDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each sequence's whole tokens: its prompt then steps more.
+	type whole struct{ q, k, v []float32 }
+	seqs := make([]whole, b)
+	for i := range seqs {
+		n := prompt[i] + steps
+		seqs[i] = whole{ref.Normal(rng, h*n*d), ref.Normal(rng, hkv*n*d), ref.Normal(rng, hkv*n*d)}
+	}
+	// gather builds the batch tensor of positions [p0(i), p0(i)+n) of
+	// every sequence, zero where a sequence has fewer.
+	gather := func(x func(whole) []float32, heads, n int, p0 func(i int) int, cnt func(i int) int) []float32 {
+		out := make([]float32, b*heads*n*d)
+		for i, sq := range seqs {
+			tot := len(x(sq)) / (heads * d)
+			for hd := range heads {
+				for j := range cnt(i) {
+					copy(out[((i*heads+hd)*n+j)*d:][:d], x(sq)[(hd*tot+p0(i)+j)*d:][:d])
+				}
+			}
+		}
+		return out
+	}
+	got := make([][]float32, b) // per sequence [H][T][D]
+	for i := range got {
+		got[i] = make([]float32, h*(prompt[i]+steps)*d)
+	}
+	scatter := func(out []float32, n int, p0 func(i int) int, cnt func(i int) int) {
+		for i := range seqs {
+			tot := prompt[i] + steps
+			for hd := range h {
+				for j := range cnt(i) {
+					copy(got[i][(hd*tot+p0(i)+j)*d:][:d], out[((i*h+hd)*n+j)*d:][:d])
+				}
+			}
+		}
+	}
+	zero := func(int) int { return 0 }
+	pc := func(i int) int { return prompt[i] }
+	q := gather(func(w whole) []float32 { return w.q }, h, chunk, zero, pc)
+	k := gather(func(w whole) []float32 { return w.k }, hkv, chunk, zero, pc)
+	v := gather(func(w whole) []float32 { return w.v }, hkv, chunk, zero, pc)
+	out, lse := make([]float32, b*h*chunk*d), make([]float32, b*h*chunk)
+	if err := dec.Step(ctx, q, k, v, chunk, prompt, out, lse); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		for hd := range h {
+			for j := prompt[i]; j < chunk; j++ {
+				if l := lse[(i*h+hd)*chunk+j]; !math.IsInf(float64(l), -1) {
+					t.Fatalf("padding position %d of sequence %d has lse %v, want -Inf", j, i, l)
+				}
+			}
+		}
+	}
+	scatter(out, chunk, zero, pc)
+	one := func(int) int { return 1 }
+	for st := range steps {
+		at := func(i int) int { return prompt[i] + st }
+		q := gather(func(w whole) []float32 { return w.q }, h, 1, at, one)
+		k := gather(func(w whole) []float32 { return w.k }, hkv, 1, at, one)
+		v := gather(func(w whole) []float32 { return w.v }, hkv, 1, at, one)
+		out := make([]float32, b*h*d)
+		if err := dec.Step(ctx, q, k, v, 1, nil, out, nil); err != nil {
+			t.Fatal(err)
+		}
+		scatter(out, 1, at, one)
+	}
+	for i, sq := range seqs {
+		if dec.Len(i) != prompt[i]+steps {
+			t.Errorf("Len(%d) = %d, want %d", i, dec.Len(i), prompt[i]+steps)
+		}
+		n := prompt[i] + steps
+		s := attn.Shape{B: 1, H: h, HKV: hkv, N: n, M: n, D: d}
+		want, _, err := ref.Attention(s, sq.q, sq.k, sq.v, ref.Spec{Mask: ref.Mask(s, attn.Options{Causal: true})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := ref.RelErr(got[i], want); e > 1e-5 {
+			t.Errorf("sequence %d: decoded outputs differ from the float64 causal reference by %.2g", i, e)
+		}
+	}
+	if dec.Bytes() <= 0 {
+		t.Errorf("Bytes = %d", dec.Bytes())
+	}
+	dec.Reset()
+	if dec.Len(0) != 0 {
+		t.Errorf("after Reset Len = %d", dec.Len(0))
+	}
+}
+
+func TestDecoderErrors(t *testing.T) {
+	for _, cfg := range []attn.DecodeConfig{
+		{B: 0, H: 1, HKV: 1, D: 8},
+		{B: 1, H: 3, HKV: 2, D: 8},
+		{B: 1, H: 1, HKV: 1, D: 8, Storage: "f8"},
+		{B: 1, H: 1, HKV: 1, D: 8, Sinks: 2},
+		{B: 1, H: 1, HKV: 1, D: 8, Window: 1 << 40},
+	} {
+		if _, err := NewDecoder(cfg); err == nil {
+			t.Errorf("NewDecoder(%+v) = nil error", cfg)
+		}
+	}
+	dec, err := NewDecoder(attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, kv, out := make([]float32, 2*2*3*4), make([]float32, 2*3*4), make([]float32, 2*2*3*4)
+	for _, c := range []struct {
+		name  string
+		err   error
+		wants error
+	}{
+		{"short q", dec.Step(context.Background(), q[1:], kv, kv, 3, nil, out, nil), attn.ErrShape},
+		{"n = 0", dec.Step(context.Background(), nil, nil, nil, 0, nil, nil, nil), attn.ErrInput},
+		{"valid > n", dec.Step(context.Background(), q, kv, kv, 3, []int{4, 0}, out, nil), attn.ErrInput},
+		{"one valid count", dec.Step(context.Background(), q, kv, kv, 3, []int{1}, out, nil), attn.ErrShape},
+	} {
+		if !errors.Is(c.err, c.wants) {
+			t.Errorf("%s: err = %v, want %v", c.name, c.err, c.wants)
+		}
+	}
+}
