@@ -25,7 +25,9 @@ type State struct {
 
 // NewState returns an empty decoding state for b batch rows, h query heads
 // reading hkv key/value heads of size d, with logit scale scale (0 means
-// 1/sqrt(d); only feature maps that approximate softmax use it).
+// 1/sqrt(d); only feature maps that approximate softmax use it). Sizes
+// are checked before anything is allocated: a state past MaxStateBytes is
+// an error wrapping attn.ErrShape.
 func (a *Attention) NewState(b, h, hkv, d int, scale float32) (*State, error) {
 	s := attn.Shape{B: b, H: h, HKV: hkv, N: 1, M: 1, D: d}
 	if err := s.Validate(); err != nil {
@@ -39,8 +41,11 @@ func (a *Attention) NewState(b, h, hkv, d int, scale float32) (*State, error) {
 	if f < 1 {
 		return nil, fmt.Errorf("%w: linear: feature map gives %d features for head size %d", attn.ErrInput, f, d)
 	}
+	if err := a.checkSize(d, f, s.Group(), b*hkv); err != nil {
+		return nil, err
+	}
 	st := &State{b: b, h: h, hkv: hkv, d: d, scale: o.ScaleFor(d)}
-	st.w = a.newWork(d, f, s.Group())
+	st.w = a.newWork(d, f, s.Group(), false)
 	st.pre = make([]prefix, b*hkv)
 	for i := range st.pre {
 		st.pre[i] = newPrefix(f, st.w.dp, st.w.logScaled)
@@ -87,12 +92,7 @@ func (st *State) Append(k, v []float32, n int, valid []int) error {
 		for kvh := range st.hkv {
 			pre := &st.pre[b*st.hkv+kvh]
 			base := (b*st.hkv + kvh) * n * d
-			for j0 := 0; j0 < cnt; j0 += st.w.c {
-				nk := min(st.w.c, cnt-j0)
-				st.w.load(k[base+j0*d:], v[base+j0*d:], nk, d, st.scale)
-				st.w.fold(pre, nk)
-				pre.n += nk
-			}
+			st.w.advance(pre, k[base:], v[base:], pre.n, pre.n+cnt, st.scale)
 		}
 	}
 	return nil
@@ -101,7 +101,8 @@ func (st *State) Append(k, v []float32, n int, valid []int) error {
 // Attend computes, for one query token per batch row and head (q laid out
 // [B][H][D]), attention over every key appended so far, writing out
 // [B][H][D] and, when lse is non-nil, lse [B][H] with the same meaning as
-// in Forward.
+// in Forward: a NaN or an infinity in q or in an appended key or value
+// makes the rows that see it NaN.
 func (st *State) Attend(q, out, lse []float32) error {
 	want := st.b * st.h * st.d
 	switch {
@@ -137,7 +138,7 @@ func (st *State) Attend(q, out, lse []float32) error {
 				o := out[row*d:][:d]
 				l := float32(math.Inf(-1))
 				if pre.n > 0 {
-					l = w.finish(r, 0, o)
+					l = w.finish(r, 0, o, pre.bad < pre.n || !w.finite(rows[r*d:][:d]))
 				} else {
 					clear(o)
 				}
