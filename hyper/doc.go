@@ -12,19 +12,26 @@
 //  1. sortLSH. r random Gaussian directions (Config.Projs, default 7)
 //     give each vector an r-bit sign pattern; its bucket is the rank of
 //     that pattern in the reflected Gray code (GrayRank), so buckets of
-//     adjacent rank differ in one sign. Queries (per head) and keys are
-//     sorted by bucket independently, ties in input order.
+//     adjacent rank differ in one sign. The keys are sorted by bucket,
+//     ties in input order.
 //  2. Block-diagonal part. The n sorted keys are cut into nb =
 //     ceil(n/Block) blocks of as equal sizes as possible (no padding, so no
-//     padded key is ever counted), the sorted queries into as many, and
-//     query block b attends exactly, by the fused kernel of package flash,
-//     to key block b. Blocks are gathered into per-worker scratch, eight
+//     padded key is ever counted). Each query (of every head of the group)
+//     joins the block holding the middle of its own bucket's run in the
+//     sorted keys, or the place that run would take when no key shares its
+//     bucket, and attends exactly, by the fused kernel of package flash,
+//     to that key block. The paper sorts the queries as well and pairs the
+//     b-th block of queries with the b-th of keys; here a query's block
+//     depends on that query and the keys alone, which is what makes the
+//     causal result depend on the past only (below), and matches buckets
+//     rather than ranks when queries and keys fall in different buckets.
+//     Blocks are gathered into per-worker scratch, eight runs of queries
 //     at a time as the batch of one kernel call; the tensors are never
 //     copied whole.
 //  3. Sampled part. Samples columns (default 256) are drawn uniformly,
 //     without replacement, from the n keys, once for the whole problem as
-//     in the paper, and gathered once. Query block b attends exactly to
-//     the c_b of them that lie outside its own key block (those inside are
+//     in the paper, and gathered once. The queries of key block b attend
+//     exactly to the c_b of them that lie outside it (those inside are
 //     one run of the samples sorted by position, left out), and
 //     log(R_b/c_b) is added to that log-sum-exp, R_b being
 //     the number of keys outside the block: given c_b, those samples are a
@@ -51,13 +58,12 @@
 // computed exactly, all in one block-sparse call of the flash kernel. Any
 // N and M work: halves differ by at most one position, nothing is padded.
 //
-// No key after position t is ever used for the output at t: every
-// rectangle holds keys earlier than all of its queries. The choice of keys
-// does depend on later tokens, though, through the sort of queries: a
-// rectangle's queries, later ones included, are sorted together, so a
-// later query can move query t into another block, with other block keys
-// and other samples. The keys and values after t never matter, and the
-// output at t does not change when they do; a later query may change it.
+// The output at a position depends on the queries, keys and values at
+// that position and before it only: every rectangle holds keys earlier
+// than all of its queries, a query's block depends on that query and those
+// keys, and the samples of a rectangle on the seed, the shape and (for
+// value-norm sampling) those keys' values. Changing anything at position t
+// changes no output before t, bit for bit.
 //
 // # Exact fallback
 //
@@ -71,10 +77,9 @@
 // Key padding (Options.KVLen) removes keys before anything else: they are
 // not hashed, sorted, blocked or sampled, and the result equals the call on
 // the truncated keys without a causal mask. GQA uses each key/value head
-// once for its whole group: the group's query blocks share the key block
-// and the samples, and K and V are never expanded. N and M may differ;
-// query blocks then hold about N/nb queries each. A query that sees no key
-// gets output 0 and lse -Inf.
+// once for its whole group: the group's queries share the key blocks and
+// the samples, and K and V are never expanded. N and M may differ. A
+// query that sees no key gets output 0 and lse -Inf.
 //
 // # Randomness
 //
@@ -95,9 +100,10 @@
 // # Cost
 //
 // Without a causal mask, about 4·N·(Block+Samples)·D flops per query head
-// (against 4·N·M·D exact) plus O((N+M)·D·r) for hashing and O(N+M) per head
-// for sorting (a counting sort for r <= 16); memory: the buckets and sort
-// orders (O(B·(H·N + Hkv·M)) words), the gathered samples of each problem
+// (against 4·N·M·D exact) plus O((N+M)·D·r) for hashing, O(M) per head
+// for sorting the keys (a counting sort for r <= 16) and O(N·log M) for
+// placing the queries; memory: the buckets and sort orders
+// (O(B·(H·N + Hkv·M)) words), the gathered samples of each problem
 // (2·Samples·D floats) and per worker scratch of a few blocks.
 // Causal: the leaves, exact and causal, are shorter than
 // max(2·Min, 2·Block+2) positions, so they hold at most N·max(Min, Block+1)
@@ -109,9 +115,10 @@
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or
 // attn.ErrInput (by attn.Check, first), and a bad Config from New wraps
-// attn.ErrInput; lengths past 2^31-1 return attn.ErrUnsupported. A
-// cancelled context stops the call between blocks with ctx.Err(). NaN in
-// the inputs propagates as in the exact kernel.
+// attn.ErrInput; lengths past 2^31-1 (or a group of query heads holding
+// more rows) return attn.ErrUnsupported. A cancelled context stops the
+// call between blocks and returns ctx.Err(), once. NaN in the inputs
+// propagates as in the exact kernel.
 //
 // # Differences from the authors' code
 //
@@ -120,5 +127,7 @@
 // buckets differ in more than one sign; pads the last key block with zero
 // keys that then enter the normaliser unmasked; on its CUDA path counts
 // sampled keys that fall in the query's own block twice; and has no key
-// padding, GQA or N ≠ M causal alignment. None of that is copied here.
+// padding, GQA or N ≠ M causal alignment. None of that is copied here. It
+// also sorts the queries and pairs blocks by rank, where a query here
+// joins the key block of its bucket (see Algorithm).
 package hyper

@@ -2,6 +2,7 @@ package hyper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -33,7 +34,11 @@ const (
 	// normaliser then come from independent samples, so the output is no
 	// longer an average of value rows: where a large entry escapes the
 	// blocks and only one of the two samples catches it, the error can
-	// exceed that of Uniform by far. It costs a third exact call per block.
+	// exceed that of Uniform by far, and the ratio can pass any float. The
+	// estimate of the rest is therefore clipped, coordinate by coordinate,
+	// to the range of the values of the problem's keys: the exact average
+	// lies in that range, so the clip only ever moves the estimate towards
+	// it. It costs a third exact call per block.
 	ValueNorm
 )
 
@@ -56,10 +61,11 @@ type Config struct {
 	// all batch rows and heads.
 	Projs int
 	// Block is the number of keys per block of the block-diagonal part
-	// (default 256). A problem with n keys is cut into ceil(n/Block)
-	// blocks of as equal sizes as possible, and its queries into as many.
-	// A negative Block drops the block-diagonal part: every key is then
-	// estimated from the samples.
+	// (default 256). A problem with n keys sorted by bucket is cut into
+	// ceil(n/Block) blocks of as equal sizes as possible, and each query
+	// attends to the block where its bucket falls. A negative Block drops
+	// the block-diagonal part: every key is then estimated from the
+	// samples.
 	Block int
 	// Samples is the number of key columns sampled per problem (default
 	// 256), uniformly and without replacement; each query block uses those
@@ -153,14 +159,30 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
 		return err
 	}
-	if s.N > math.MaxInt32 || s.M > math.MaxInt32 {
-		return fmt.Errorf("%w: hyper: lengths N = %d, M = %d past 2^31-1", attn.ErrUnsupported, s.N, s.M)
-	}
-	if a.exact(s.N, s.M) {
-		return a.kn.Forward(ctx, s, q, k, v, o, out, lse)
+	if s.N > math.MaxInt32 || s.M > math.MaxInt32 || s.Group()*s.N > math.MaxInt32 {
+		return fmt.Errorf("%w: hyper: lengths N = %d, M = %d (or N times the group of %d) past 2^31-1",
+			attn.ErrUnsupported, s.N, s.M, s.Group())
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	return ctxErr(ctx, a.forward(ctx, s, q, k, v, o, out, lse))
+}
+
+// ctxErr returns ctx's error alone when err is it or joins it: the exact
+// kernel's workers each report the cancellation they see, and the caller
+// wants to read it once.
+func ctxErr(ctx context.Context, err error) error {
+	if e := ctx.Err(); err != nil && e != nil && errors.Is(err, e) {
+		return e
+	}
+	return err
+}
+
+// forward is Forward on checked arguments.
+func (a *Attention) forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	if a.exact(s.N, s.M) {
+		return a.kn.Forward(ctx, s, q, k, v, o, out, lse)
 	}
 	if lse == nil {
 		lse = make([]float32, s.LSELen())

@@ -3,6 +3,7 @@ package hyper
 import (
 	"context"
 	"errors"
+	"flag"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -14,6 +15,20 @@ import (
 )
 
 const tol = 1e-5
+
+var seedFlag = flag.Uint64("seed", 0, "replay the random inputs of a logged stream")
+
+// testRNG returns the generator of a test's random inputs: PCG(id, s) with
+// s fresh every run, or -seed's, logged so that a failure can be replayed.
+func testRNG(t testing.TB, id uint64) *rand.Rand {
+	t.Helper()
+	s := *seedFlag
+	if s == 0 {
+		s = rand.Uint64()
+	}
+	t.Logf("inputs from PCG(%d, %d); replay with -seed=%d", id, s, s)
+	return rand.New(rand.NewPCG(id, s))
+}
 
 // all is a length no test input reaches: a block or sample count that
 // covers every key.
@@ -85,7 +100,7 @@ func shapes() []attn.Shape {
 // checkExact runs a on fresh inputs for every shape, causal and not, with
 // random padding and scale, and compares with the float64 reference.
 func checkExact(t *testing.T, a *Attention, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, uint64(rand.Int64()))) // fresh inputs every run
+	rng := testRNG(t, seed) // fresh inputs every run
 	for _, s := range shapes() {
 		for _, causal := range []bool{false, true} {
 			o := attn.Options{Causal: causal, KVLen: randomKVLen(rng, s.B, s.M)}
@@ -130,7 +145,7 @@ func TestBlocksPlusAllSamplesIsExact(t *testing.T) {
 
 // Below Min the call is the exact kernel's, bit for bit.
 func TestFallback(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, uint64(rand.Int64())))
+	rng := testRNG(t, 4)
 	s := attn.Shape{B: 1, H: 4, HKV: 2, N: 100, M: 5000, D: 24}
 	q, k, v := inputs(rng, s)
 	for _, causal := range []bool{false, true} {
@@ -263,10 +278,9 @@ func approx(seed uint64) Config {
 
 // No key after position t contributes to the output at t: changing keys
 // and values after t leaves outputs up to t unchanged, bit for bit, for
-// N < M, N = M and N > M. (Queries after t may change the output at t: they
-// move through the sort of queries; see the package documentation.)
+// N < M, N = M and N > M. (TestCausalPrefixSafe changes queries too.)
 func TestCausalNoFuture(t *testing.T) {
-	rng := rand.New(rand.NewPCG(6, uint64(rand.Int64())))
+	rng := testRNG(t, 6)
 	for _, sm := range []Sampling{Uniform, ValueNorm} {
 		cfg := approx(3)
 		cfg.Sampling = sm
@@ -305,7 +319,7 @@ func TestCausalNoFuture(t *testing.T) {
 // the output unchanged, and without a causal mask the result equals the
 // call on the truncated keys.
 func TestPaddingInvariance(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, uint64(rand.Int64())))
+	rng := testRNG(t, 7)
 	a := newAttention(t, approx(4))
 	for _, causal := range []bool{false, true} {
 		s := attn.Shape{B: 1, H: 4, HKV: 1, N: 170, M: 230, D: 40}
@@ -339,7 +353,7 @@ func TestPaddingInvariance(t *testing.T) {
 // heads of a group get what they get when called alone against their
 // key/value head.
 func TestGQA(t *testing.T) {
-	rng := rand.New(rand.NewPCG(8, uint64(rand.Int64())))
+	rng := testRNG(t, 8)
 	a := newAttention(t, approx(5))
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 123, M: 123, D: 24}
 	for _, causal := range []bool{false, true} {
@@ -388,7 +402,7 @@ func maxDiff(a, b []float32) float64 {
 // The same seed gives the same output, whatever the number of workers; a
 // different seed gives a different one.
 func TestDeterminism(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, uint64(rand.Int64())))
+	rng := testRNG(t, 9)
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 201, M: 201, D: 24}
 	q, k, v := inputs(rng, s)
 	for _, causal := range []bool{false, true} {
@@ -513,7 +527,7 @@ func TestLayoutCoversCausalMask(t *testing.T) {
 // NaN and Inf in the inputs propagate or not, but never panic nor fail the
 // call.
 func TestNonFiniteInputs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(10, uint64(rand.Int64())))
+	rng := testRNG(t, 10)
 	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 90, M: 90, D: 8}
 	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
 		for _, sm := range []Sampling{Uniform, ValueNorm} {
@@ -536,7 +550,7 @@ func TestNonFiniteInputs(t *testing.T) {
 // Value-norm sampling with all-zero values: nothing to sample by, and the
 // output is exactly 0.
 func TestValueNormZeroValues(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, uint64(rand.Int64())))
+	rng := testRNG(t, 11)
 	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 120, M: 120, D: 8}
 	cfg := approx(3)
 	cfg.Sampling = ValueNorm

@@ -39,13 +39,18 @@ type job struct {
 	b, kvh int
 	nk     int  // keys left after padding
 	exact  bool // below Min: plain exact attention
-	nb     int  // blocks (approximate) or row chunks (exact)
+	nb     int  // key blocks (approximate, 0 without a block part) or row chunks (exact)
 	stream uint64
 
 	// Filled by prepare for approximate jobs. Offsets are relative to
-	// r.k0 and r.q0; nil means the identity order.
-	keys    []int32   // keys sorted by bucket
-	queries [][]int32 // per head of the group, queries sorted by bucket
+	// r.k0 and r.q0; nil keys means the identity order.
+	keys []int32 // keys sorted by bucket
+	// rows holds the group's query rows, x = r·g + hh for query offset r
+	// of head hh, grouped by the key block they attend to and in
+	// increasing x within a block; pieces cut it into the batches of the
+	// exact calls, largest first.
+	rows   []int32
+	pieces []piece
 
 	// The sampled columns, shared by the job's blocks: sorted positions in
 	// increasing order and their gathered key and value rows.
@@ -53,11 +58,18 @@ type job struct {
 	uniK, uniV   []float32
 	byNorm       []int32   // ValueNorm: drawn by squared value norm
 	normK, normV []float32 // ValueNorm: normV weighted by 1/(Samples·p)
+	vlo, vhi     []float32 // ValueNorm: each coordinate's range over the job's values
 }
 
-// noBlockQueries is the number of consecutive queries that share their
-// samples when there is no block-diagonal part.
-const noBlockQueries = 256
+// piece is a run rows[r0:r1] of query rows that attend to key block bl
+// (-1 without a block part).
+type piece struct {
+	bl, r0, r1 int
+}
+
+// pieceRows bounds the query rows of a piece: a block that many queries
+// chose is cut into several, so that tasks stay small enough to balance.
+const pieceRows = 256
 
 // exactChunk is the number of query positions per task of an exact
 // rectangle.
@@ -67,7 +79,7 @@ const exactChunk = 256
 // into out and lse.
 func (c *call) runPhase(ctx context.Context, rects []rect) error {
 	s, a := c.s, c.a
-	var jobs []*job
+	var jobs, prep []*job
 	sorts := false
 	for _, r := range rects {
 		nq := r.q1 - r.q0
@@ -87,8 +99,9 @@ func (c *call) runPhase(ctx context.Context, rects []rect) error {
 				case a.block > 0:
 					j.nb = (nk + a.block - 1) / a.block
 					sorts = true
-				default:
-					j.nb = (nq + noBlockQueries - 1) / noBlockQueries
+				}
+				if !j.exact {
+					prep = append(prep, j)
 				}
 				j.stream = jobStream(b, kvh, r.q0, r.q1, r.k0, r.k0+nk)
 				jobs = append(jobs, j)
@@ -100,24 +113,6 @@ func (c *call) runPhase(ctx context.Context, rects []rect) error {
 			return err
 		}
 	}
-	var prep []*job
-	type task struct {
-		j    *job
-		part int
-	}
-	var tasks []task
-	for _, j := range jobs {
-		if !j.exact {
-			prep = append(prep, j)
-		}
-		parts := j.nb
-		if !j.exact {
-			parts = (j.nb + blocksPerCall - 1) / blocksPerCall
-		}
-		for p := range parts {
-			tasks = append(tasks, task{j, p})
-		}
-	}
 	err := c.parallel(ctx, len(prep), func(w *worker, i int) error {
 		c.prepare(w, prep[i])
 		return nil
@@ -125,13 +120,29 @@ func (c *call) runPhase(ctx context.Context, rects []rect) error {
 	if err != nil {
 		return err
 	}
+	// The pieces exist once prepared: how many there are depends on where
+	// the queries fall.
+	type task struct {
+		j    *job
+		part int
+	}
+	var tasks []task
+	for _, j := range jobs {
+		parts := j.nb
+		if !j.exact {
+			parts = (len(j.pieces) + piecesPerCall - 1) / piecesPerCall
+		}
+		for p := range parts {
+			tasks = append(tasks, task{j, p})
+		}
+	}
 	return c.parallel(ctx, len(tasks), func(w *worker, i int) error {
 		t := tasks[i]
 		if t.j.exact {
 			return c.exactChunk(ctx, w, t.j, t.part)
 		}
-		bl0 := t.part * blocksPerCall
-		return c.group(ctx, w, t.j, bl0, min(bl0+blocksPerCall, t.j.nb))
+		p0 := t.part * piecesPerCall
+		return c.group(ctx, w, t.j, t.j.pieces[p0:min(p0+piecesPerCall, len(t.j.pieces))])
 	})
 }
 
@@ -214,24 +225,21 @@ func (c *call) hash(ctx context.Context) error {
 	})
 }
 
-// prepare sorts an approximate job's keys and queries by bucket and draws
-// and gathers the job's sampled columns.
+// prepare sorts an approximate job's keys by bucket, sends each query row
+// to its key block, cuts the rows into pieces, and draws and gathers the
+// job's sampled columns.
 func (c *call) prepare(w *worker, j *job) {
 	s, a := c.s, c.a
-	g := s.Group()
-	nq := j.r.q1 - j.r.q0
 	if a.block > 0 {
 		kb := c.kb[(j.b*s.HKV+j.kvh)*s.M+j.r.k0:][:j.nk]
 		j.keys = make([]int32, j.nk)
 		w.counts, w.keys = sortByBucket(j.keys, kb, a.projs, w.counts, w.keys)
-		j.queries = make([][]int32, g)
-		for hh := range g {
-			h := j.kvh*g + hh
-			qb := c.qb[(j.b*s.H+h)*s.N+j.r.q0:][:nq]
-			j.queries[hh] = make([]int32, nq)
-			w.counts, w.keys = sortByBucket(j.queries[hh], qb, a.projs, w.counts, w.keys)
+		w.sorted = grow(w.sorted, j.nk)
+		for p, key := range j.keys {
+			w.sorted[p] = kb[key]
 		}
 	}
+	c.assign(w, j)
 	if a.samples <= 0 {
 		return
 	}
@@ -262,11 +270,16 @@ func (c *call) prepare(w *worker, j *job) {
 	// which does not depend on the block that later excludes some.
 	norm := make([]float64, j.nk)
 	cum := make([]float64, j.nk+1)
+	j.vlo, j.vhi = make([]float32, d), make([]float32, d)
+	for i := range d {
+		j.vlo[i], j.vhi[i] = float32(math.Inf(1)), float32(math.Inf(-1))
+	}
 	for p := range j.nk {
 		key := j.r.k0 + j.key(p)
 		var n2 float64
-		for _, x := range vBase[key*d:][:d] {
+		for i, x := range vBase[key*d:][:d] {
 			n2 += float64(x) * float64(x)
+			j.vlo[i], j.vhi[i] = min(j.vlo[i], x), max(j.vhi[i], x)
 		}
 		norm[p] = n2
 		cum[p+1] = cum[p] + n2
@@ -292,6 +305,68 @@ func (c *call) prepare(w *worker, j *job) {
 	}
 }
 
+// assign fills j.rows and j.pieces. A query row goes to the key block that
+// holds the middle of its bucket's run in the sorted keys (or the place
+// the run would take, between its neighbours in Gray order, when no key
+// has that bucket): which block a query joins depends on that query and
+// the keys alone, never on the other queries. (The paper sorts the queries
+// too and pairs the b-th block of each; a query's block then moves with
+// every other query, later ones included, and the causal result at a
+// position would depend on the future.) Within a block the rows keep their
+// order r·g + hh, positions first, so the gathered rows of earlier
+// positions come first whatever later queries join.
+func (c *call) assign(w *worker, j *job) {
+	s, a := c.s, c.a
+	g := s.Group()
+	nq := j.r.q1 - j.r.q0
+	rows := g * nq
+	j.rows = make([]int32, rows)
+	if a.block <= 0 {
+		for x := range j.rows {
+			j.rows[x] = int32(x)
+		}
+		for r0 := 0; r0 < rows; r0 += pieceRows {
+			j.pieces = append(j.pieces, piece{-1, r0, min(r0+pieceRows, rows)})
+		}
+		return
+	}
+	sorted := w.sorted[:j.nk]
+	w.block = grow(w.block, rows)
+	for hh := range g {
+		qb := c.qb[(j.b*s.H+j.kvh*g+hh)*s.N+j.r.q0:][:nq]
+		for r, bucket := range qb {
+			lo, _ := slices.BinarySearch(sorted, bucket)
+			hi, _ := slices.BinarySearch(sorted[lo:], bucket+1)
+			p := min(lo+hi/2, j.nk-1)
+			w.block[r*g+hh] = int32(((p+1)*j.nb - 1) / j.nk)
+		}
+	}
+	// A counting sort of the rows by block, stable in x.
+	start := grow(w.start, j.nb+1)
+	clear(start)
+	for _, bl := range w.block {
+		start[bl+1]++
+	}
+	for bl := range j.nb {
+		start[bl+1] += start[bl]
+	}
+	next := grow(w.next, j.nb)
+	copy(next, start)
+	for x, bl := range w.block {
+		j.rows[next[bl]] = int32(x)
+		next[bl]++
+	}
+	for bl := range j.nb {
+		for r0 := int(start[bl]); r0 < int(start[bl+1]); r0 += pieceRows {
+			j.pieces = append(j.pieces, piece{bl, r0, min(r0+pieceRows, int(start[bl+1]))})
+		}
+	}
+	w.start, w.next = start, next
+	// Largest first, so that the pieces sharing an exact call (padded to
+	// the largest) are of similar sizes and the long tasks start early.
+	slices.SortStableFunc(j.pieces, func(x, y piece) int { return (y.r1 - y.r0) - (x.r1 - x.r0) })
+}
+
 // pickByNorm returns the position whose interval [cum[p], cum[p+1]) holds
 // u, for u in [0, cum[len(norm)]): position p with probability
 // norm[p]/total.
@@ -314,60 +389,48 @@ func (j *job) key(p int) int {
 	return int(j.keys[p])
 }
 
-// query returns the offset of the query of head hh at sorted position p.
-func (j *job) query(hh, p int) int {
-	if j.queries == nil {
-		return p
-	}
-	return int(j.queries[hh][p])
-}
+// piecesPerCall is the number of pieces one task computes, as the batch
+// dimension of each exact call: per-call costs of the kernel are paid once
+// for them all. It does not depend on the number of workers, so neither
+// does the output.
+const piecesPerCall = 8
 
-// blocksPerCall is the number of query blocks one task computes, as the
-// batch dimension of each exact call: per-call costs of the kernel are paid
-// once for them all. It does not depend on the number of workers, so
-// neither does the output.
-const blocksPerCall = 8
-
-// group computes query blocks [bl0, bl1) of an approximate job: for each,
-// exact attention against its key block, merged with the estimate from the
-// job's sampled columns outside that key block. The results go to out.
+// group computes the pieces ps of an approximate job: for each, exact
+// attention of its query rows against its key block, merged with the
+// estimate from the job's sampled columns outside that key block. The
+// results go to out.
 //
-// The blocks are the batch of each exact call: queries [blocks][heads of
-// the group][qmax][D], keys [blocks][kmax][D], zero past each block's own
-// length, and each block's key count its valid length (Options.KVLen).
-// Rows past a block's query count are computed and dropped.
-func (c *call) group(ctx context.Context, w *worker, j *job, bl0, bl1 int) error {
+// The pieces are the batch of each exact call: queries [pieces][qmax][D]
+// (the rows of every head of the group together, one kernel head), keys
+// [pieces][kmax][D], zero past each piece's own length, and each key
+// block's length its valid length (Options.KVLen). Rows past a piece's
+// length are computed and dropped; every row's result is that of its own
+// lane of the kernel, whatever shares the call.
+func (c *call) group(ctx context.Context, w *worker, j *job, ps []piece) error {
 	s, a := c.s, c.a
 	d, g := s.D, s.Group()
-	nq := j.r.q1 - j.r.q0
-	nbl := bl1 - bl0
+	nbl := len(ps)
 	qmax, kmax := 0, 0
-	for bl := bl0; bl < bl1; bl++ {
-		qa, qz := span(nq, j.nb, bl)
-		qmax = max(qmax, qz-qa)
-		if a.block > 0 {
-			ka, kz := span(j.nk, j.nb, bl)
+	for _, pc := range ps {
+		qmax = max(qmax, pc.r1-pc.r0)
+		if pc.bl >= 0 {
+			ka, kz := span(j.nk, j.nb, pc.bl)
 			kmax = max(kmax, kz-ka)
 		}
 	}
 	if qmax == 0 {
 		return nil
 	}
-	rows := nbl * g * qmax // rows of every call, padding included
+	rows := nbl * qmax // rows of every call, padding included
 	w.q = grow(w.q, rows*d)
-	for i := range nbl {
-		qa, qz := span(nq, j.nb, bl0+i)
-		for hh := range g {
-			base := (j.b*s.H + j.kvh*g + hh) * s.N
-			dst := w.q[(i*g+hh)*qmax*d:][:qmax*d]
-			for r := range qz - qa {
-				src := j.r.q0 + j.query(hh, qa+r)
-				copy(dst[r*d:][:d], c.q[(base+src)*d:][:d])
-			}
-			clear(dst[(qz-qa)*d:])
+	for i, pc := range ps {
+		dst := w.q[i*qmax*d:][:qmax*d]
+		for t, x := range j.rows[pc.r0:pc.r1] {
+			copy(dst[t*d:][:d], c.q[c.queryRow(j, int(x), g)*d:][:d])
 		}
+		clear(dst[(pc.r1-pc.r0)*d:])
 	}
-	shape := attn.Shape{B: nbl, H: g, HKV: 1, N: qmax, D: d}
+	shape := attn.Shape{B: nbl, H: 1, HKV: 1, N: qmax, D: d}
 	opts := attn.Options{Scale: c.scale, Workers: 1}
 	w.kvlen = grow(w.kvlen, nbl)
 	w.out, w.lse = grow(w.out, rows*d), grow(w.lse, rows)
@@ -379,8 +442,11 @@ func (c *call) group(ctx context.Context, w *worker, j *job, bl0, bl1 int) error
 		kv := ((j.b*s.HKV+j.kvh)*s.M + j.r.k0) * d
 		kBase, vBase := c.k[kv:], c.v[kv:]
 		w.k, w.v = grow(w.k, nbl*kmax*d), grow(w.v, nbl*kmax*d)
-		for i := range nbl {
-			ka, kz := span(j.nk, j.nb, bl0+i)
+		for i, pc := range ps {
+			ka, kz := 0, 0
+			if pc.bl >= 0 {
+				ka, kz = span(j.nk, j.nb, pc.bl)
+			}
 			dk, dv := w.k[i*kmax*d:][:kmax*d], w.v[i*kmax*d:][:kmax*d]
 			for t := range kz - ka {
 				key := j.key(ka + t)
@@ -399,7 +465,7 @@ func (c *call) group(ctx context.Context, w *worker, j *job, bl0, bl1 int) error
 		have = true
 	}
 	w.out2, w.lse2 = grow(w.out2, rows*d), grow(w.lse2, rows)
-	sampled, err := c.sampled(ctx, w, j, bl0, bl1, shape)
+	sampled, err := c.sampled(ctx, w, j, ps, shape)
 	if err != nil {
 		return err
 	}
@@ -417,45 +483,46 @@ func (c *call) group(ctx context.Context, w *worker, j *job, bl0, bl1 int) error
 			w.lse[i] = negInf
 		}
 	}
-	for i := range nbl {
-		qa, qz := span(nq, j.nb, bl0+i)
-		for hh := range g {
-			base := (j.b*s.H + j.kvh*g + hh) * s.N
-			for r := range qz - qa {
-				row := base + j.r.q0 + j.query(hh, qa+r)
-				x := (i*g+hh)*qmax + r
-				c.emit(row, w.out[x*d:][:d], w.lse[x])
-			}
+	for i, pc := range ps {
+		for t, x := range j.rows[pc.r0:pc.r1] {
+			y := i*qmax + t
+			c.emit(c.queryRow(j, int(x), g), w.out[y*d:][:d], w.lse[y])
 		}
 	}
 	return nil
 }
 
-// sampled estimates, for the queries of blocks [bl0, bl1) gathered in w.q,
-// attention over the keys of the job outside each block's key block, from
+// queryRow returns the row in Q[B][H][N] of row x = r·g + hh of job j.
+func (c *call) queryRow(j *job, x, g int) int {
+	s := c.s
+	return (j.b*s.H+j.kvh*g+x%g)*s.N + j.r.q0 + x/g
+}
+
+// sampled estimates, for the query rows of the pieces ps gathered in w.q,
+// attention over the keys of the job outside each piece's key block, from
 // the job's sampled columns outside it, into w.out2 and w.lse2. It reports
-// false when no block has anything to estimate.
-func (c *call) sampled(ctx context.Context, w *worker, j *job, bl0, bl1 int, shape attn.Shape) (bool, error) {
+// false when no piece has anything to estimate.
+func (c *call) sampled(ctx context.Context, w *worker, j *job, ps []piece, shape attn.Shape) (bool, error) {
 	a := c.a
 	d := c.s.D
-	nbl := bl1 - bl0
+	nbl := len(ps)
 	ns := len(j.uniform)
 	if ns == 0 {
 		return false, nil
 	}
 	// The samples inside a key block are one run [lo, hi) of the sorted
 	// samples; the others, kept, are a uniform sample of the rest of the
-	// keys. Each block gets its kept samples, packed.
+	// keys. Each piece gets its kept samples, packed.
 	w.k2, w.v2 = grow(w.k2, nbl*ns*d), grow(w.v2, nbl*ns*d)
 	w.kvlen2 = grow(w.kvlen2, nbl)
 	w.logw = grow(w.logw, nbl)
 	w.whole = grow(w.whole, nbl)
 	anyKept, exact := false, true
-	for i := range nbl {
+	for i, pc := range ps {
 		rest := j.nk
 		lo, hi := 0, 0
-		if a.block > 0 {
-			ka, kz := span(j.nk, j.nb, bl0+i)
+		if pc.bl >= 0 {
+			ka, kz := span(j.nk, j.nb, pc.bl)
 			rest -= kz - ka
 			lo, _ = slices.BinarySearch(j.uniform, int32(ka))
 			hi, _ = slices.BinarySearch(j.uniform, int32(kz))
@@ -500,9 +567,9 @@ func (c *call) sampled(ctx context.Context, w *worker, j *job, bl0, bl1 int, sha
 	// Σ_j e^{s_ij} v_j ≈ Σ_t e^{s_i j_t} v'_t with v' the weighted value
 	// rows. The exact kernel returns that sum over Σ_t e^{s_i j_t}, which
 	// its lse gives back; dividing by the uniform estimate of the
-	// normaliser gives the output. A block with no value-norm sample
-	// outside it (or all-zero values) gets a zero numerator: the kernel's
-	// output 0 and lse -Inf do that.
+	// normaliser gives the output. A piece with no value-norm sample
+	// outside its block (or all-zero values) gets a zero numerator: the
+	// kernel's output 0 and lse -Inf do that.
 	nv := len(j.byNorm)
 	if nv == 0 { // all-zero values: the numerator is zero
 		for i := range nbl {
@@ -514,10 +581,10 @@ func (c *call) sampled(ctx context.Context, w *worker, j *job, bl0, bl1 int, sha
 	}
 	w.k2, w.v2 = grow(w.k2, nbl*nv*d), grow(w.v2, nbl*nv*d)
 	w.kvlen3 = grow(w.kvlen3, nbl)
-	for i := range nbl {
+	for i, pc := range ps {
 		lo, hi := 0, 0
-		if a.block > 0 {
-			ka, kz := span(j.nk, j.nb, bl0+i)
+		if pc.bl >= 0 {
+			ka, kz := span(j.nk, j.nb, pc.bl)
 			lo, _ = slices.BinarySearch(j.byNorm, int32(ka))
 			hi, _ = slices.BinarySearch(j.byNorm, int32(kz))
 		}
@@ -537,14 +604,28 @@ func (c *call) sampled(ctx context.Context, w *worker, j *job, bl0, bl1 int, sha
 		}
 		for r := range per {
 			x := i*per + r
-			f := float32(math.Exp(float64(w.lse3[x]) - float64(w.lse2[x])))
-			dst, src := w.out2[x*d:][:d], w.out3[x*d:][:d]
-			for c, y := range src {
-				dst[c] = f * y
-			}
+			ratio(w.out2[x*d:][:d], w.out3[x*d:][:d], float64(w.lse3[x])-float64(w.lse2[x]), j.vlo, j.vhi)
 		}
 	}
 	return true, nil
+}
+
+// ratio sets dst to e^{dl}·src, the value-norm numerator over the uniform
+// normaliser, each coordinate clipped to the range [lo, hi] of the values
+// it estimates an average of. Where the two samples disagree by far
+// (a large logit that only the numerator's sample caught) e^{dl} is past
+// any float: unclipped, that is Inf, and Inf·0 NaN. The exact average lies
+// in the range, so the clip never moves a coordinate away from it. NaN in
+// src (from NaN inputs) stays NaN.
+func ratio(dst, src []float32, dl float64, lo, hi []float32) {
+	f := math.Exp(dl)
+	for c, y := range src {
+		var z float64
+		if y != 0 {
+			z = f * float64(y)
+		}
+		dst[c] = float32(min(max(z, float64(lo[c])), float64(hi[c])))
+	}
 }
 
 // packRuns copies the rows of src outside the run [lo, hi) to the front of
@@ -645,6 +726,8 @@ type worker struct {
 	kvlen, kvlen2, kvlen3  []int     // key counts of the blocks in a call
 	logw                   []float32 // sample weight of each block
 	whole                  []bool    // the block's samples are all of the rest
+	sorted                 []uint32  // buckets of the sorted keys
+	block, start, next     []int32   // key block of each query row; counting sort
 	pick, perm             []int32   // sampled positions
 	seen                   map[int32]struct{}
 	pcg                    *rand.PCG
