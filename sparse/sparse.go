@@ -36,6 +36,9 @@ type layout interface {
 	// plan splits the pattern into parts over disjoint key sets whose
 	// results merge by lse, and parts that overwrite whole rows.
 	plan(s attn.Shape, causal bool) (merged, rows []part, err error)
+	// stepRule returns the causal pattern one query at a time, for a
+	// decoder of one sequence.
+	stepRule() stepRule
 }
 
 // part computes attention over some of the keys of every query row (or
@@ -103,6 +106,27 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 		}
 	}
 	return nil
+}
+
+// Backward computes the gradients of Forward (see attn.Differentiable)
+// with the exact kernel's backward pass over the pattern of the call,
+// Pattern(s, o.Causal): every mechanism's pattern is one flash.Pattern, so
+// no layout needs a backward of its own, and the parts Forward splits a
+// pattern into do not matter. out and lse are Forward's. The cost is that
+// of the pattern's cover (see the flash.Pattern of each mechanism): a
+// window's and BigBird's are their keys, but strided mode's and
+// Longformer's covers are masked ranges over many keys, so their backward
+// pass does up to dense attention's work. A cancelled ctx stops it, the
+// gradients then being partly written.
+func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
+	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
+		return err
+	}
+	pat, err := a.layout.pattern(s, o.Causal)
+	if err != nil {
+		return err
+	}
+	return a.kernel.Backward(ctx, s, q, k, v, out, lse, dout, o, pat, dq, dk, dv)
 }
 
 // direct runs a pattern on the tensors as they are; the kernel applies the
