@@ -203,10 +203,10 @@ func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 // decoder is the Decoder of a sparse Attention: one cache and one step
 // rule per sequence.
 type decoder struct {
-	a      *Attention
-	cfg    attn.DecodeConfig
-	rules  []stepRule
-	caches []*kvcache.Cache
+	a               *Attention
+	cfg             attn.DecodeConfig
+	rules           []stepRule
+	caches          []*kvcache.Cache
 	ranges, clipped []flash.Range
 	// Scratch: one sequence's rows, one position's rows, and the dense
 	// keys of a chunk.
