@@ -70,7 +70,8 @@
 // A call with fewer than Min queries or fewer than Min keys (default 4096)
 // is computed by the exact kernel, bit for bit its result; so is every
 // rectangle of the causal recursion below Min (after key padding) and
-// every leaf. Min < 0 never falls back.
+// every leaf. Min < 0 never falls back. Fallback says whether, and why, a
+// call will be exact.
 //
 // # Masks, heads and lengths
 //

@@ -10,12 +10,18 @@ import (
 	"github.com/attnkit/attn/flash"
 )
 
-// Defaults of Config, those of the authors' code.
+// Defaults of Config, those of the authors' code (DefaultBlockRows aside,
+// which is this package's tiling). The zero Sampling is Uniform and the
+// zero Seed is seed 0.
 const (
 	DefaultProjs   = 7
 	DefaultBlock   = 256
 	DefaultSamples = 256
 	DefaultMin     = 4096
+	// DefaultBlockRows is the query tile of the exact calls on gathered
+	// blocks when Flash.BlockRows is zero: one default block, so that one
+	// tile holds a whole block's queries and packs each key tile once.
+	DefaultBlockRows = 256
 )
 
 // Sampling selects how the columns outside a query's block are sampled.
@@ -86,9 +92,8 @@ type Config struct {
 	Seed uint64
 	// Flash sets the tiles of the exact kernel. A zero BlockRows means
 	// flash's default for the whole-tensor calls (the fallback and the
-	// causal leaves) and blockRows for the calls on gathered blocks, so
-	// that one tile holds a whole query block and packs each key tile
-	// once.
+	// causal leaves) and DefaultBlockRows for the calls on gathered
+	// blocks.
 	Flash flash.Config
 }
 
@@ -103,10 +108,6 @@ type Attention struct {
 	bk                         *flash.Kernel // gathered blocks
 }
 
-// blockRows is the default query tile of the exact calls on gathered
-// blocks: one default block.
-const blockRows = 256
-
 // New returns HyperAttention with the parameters of cfg, or an error
 // wrapping attn.ErrInput if one is out of range.
 func New(cfg Config) (*Attention, error) {
@@ -116,7 +117,7 @@ func New(cfg Config) (*Attention, error) {
 	}
 	bc := cfg.Flash
 	if bc.BlockRows == 0 {
-		bc.BlockRows = blockRows
+		bc.BlockRows = DefaultBlockRows
 	}
 	a.bk = flash.New(bc)
 	if a.projs == 0 {
@@ -210,6 +211,43 @@ func (a *Attention) forward(ctx context.Context, s attn.Shape, q, k, v []float32
 	}
 	return nil
 }
+
+// Fallback returns why Forward computes exact attention for a call of shape
+// s under o: fewer than Min queries or keys in the whole call, or no part
+// of it (the rectangles of the causal recursion, each batch row after
+// padding) that is approximated, each being below Min, within one block or
+// taken whole by the samples (the causal leaves are exact). It returns ""
+// when some part of the call is approximated, and for arguments Forward
+// rejects.
+func (a *Attention) Fallback(s attn.Shape, o attn.Options) string {
+	if s.Validate() != nil || o.Check(s) != nil || s.N > math.MaxInt32 || s.M > math.MaxInt32 || s.Group()*s.N > math.MaxInt32 {
+		return ""
+	}
+	if a.exact(s.N, s.M) {
+		return fmt.Sprintf("hyper: %d queries against %d keys, fewer than Min = %d", s.N, s.M, a.min)
+	}
+	_, phases := a.layout(s, o.Causal)
+	for _, ph := range phases {
+		for _, r := range ph {
+			for b := range s.B {
+				if nk := min(r.k1, o.KeyEnd(s, b)) - r.k0; nk > 0 && a.approximates(r.q1-r.q0, nk) {
+					return ""
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("hyper: no part of the call approximates: each is an exact causal leaf, below Min = %d, within one block of %d keys or taken whole by %d samples",
+		a.min, a.block, a.samples)
+}
+
+// approximates reports whether a problem of nq queries and nk keys leaves
+// some keys to the estimate.
+func (a *Attention) approximates(nq, nk int) bool {
+	oneBlock := a.block > 0 && nk <= a.block
+	return !a.exact(nq, nk) && !oneBlock && a.samples < nk
+}
+
+var _ attn.Fallbacker = (*Attention)(nil)
 
 // exact reports whether a problem of nq queries and nk keys is below the
 // fallback length.

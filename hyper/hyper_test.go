@@ -575,6 +575,10 @@ func TestDefaults(t *testing.T) {
 	if got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
+	named := Config{Projs: DefaultProjs, Block: DefaultBlock, Samples: DefaultSamples, Min: DefaultMin, Seed: 3}
+	if got != named || DefaultBlockRows != 256 {
+		t.Errorf("defaults %+v, named constants %+v, DefaultBlockRows %d", got, named, DefaultBlockRows)
+	}
 	if s := ValueNorm.String(); s != "vnorm" {
 		t.Errorf("ValueNorm.String() = %q", s)
 	}

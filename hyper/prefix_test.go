@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
 )
 
 // Under a causal mask the output at a position depends on the queries, keys
@@ -186,4 +187,57 @@ func (c *countdown) Err() error {
 		return context.Canceled
 	}
 	return nil
+}
+
+// Fallback names a reason exactly when Forward computes exact attention:
+// below Min in the whole call, in every batch row after padding, or, under
+// a causal mask, in every part of the recursion (whose leaves are exact),
+// or with blocks or samples that take every key. Where it returns "", the
+// approximation shows in the output.
+func TestFallbackAgreesWithForward(t *testing.T) {
+	rng := testRNG(t, 14)
+	cfgs := []Config{
+		{Block: 16, Samples: 8, Min: 40, Projs: 4, Seed: 1},
+		{Block: 16, Samples: 8, Min: -1, Projs: 4, Seed: 2},
+		{Block: 40, Samples: 8, Min: -1, Projs: 4, Seed: 3},
+		{Block: -1, Samples: 120, Min: -1, Seed: 4},
+	}
+	type call struct {
+		n, m   int
+		causal bool
+		kvlen  []int
+	}
+	calls := []call{
+		{30, 100, false, nil}, {100, 30, true, nil}, {70, 70, false, nil}, {70, 70, true, nil},
+		{101, 101, true, nil}, {150, 90, true, nil}, {90, 150, true, nil}, {90, 150, false, []int{150, 39}},
+		{90, 150, false, []int{20, 39}}, {181, 181, true, []int{181, 30}}, {181, 181, true, []int{25, 30}},
+	}
+	seen := map[bool]int{}
+	for _, cfg := range cfgs {
+		a := newAttention(t, cfg)
+		for _, cl := range calls {
+			s := attn.Shape{B: 2, H: 4, HKV: 2, N: cl.n, M: cl.m, D: 19}
+			o := attn.Options{Causal: cl.causal, KVLen: cl.kvlen}
+			q, k, v := inputs(rng, s)
+			out, _ := forward(t, a, s, q, k, v, o)
+			want, _ := reference(t, s, q, k, v, o)
+			e := ref.RelErr(out, want)
+			why := attn.FallbackOf(a, s, o)
+			seen[why != ""]++
+			switch {
+			case why != "" && e > tol:
+				t.Errorf("%+v %+v %+v: Fallback says %q, but the error is %.3g", cfg, s, o, why, e)
+			case why == "" && e < 1e-3:
+				t.Errorf("%+v %+v %+v: Fallback says the call approximates, but the error is %.3g", cfg, s, o, e)
+			}
+		}
+	}
+	if seen[true] == 0 || seen[false] == 0 {
+		t.Errorf("calls with and without a fallback: %v", seen)
+	}
+	// Arguments Forward rejects have no reason.
+	a := newAttention(t, cfgs[0])
+	if why := a.Fallback(attn.Shape{B: 1, H: 3, HKV: 2, N: 5, M: 5, D: 4}, attn.Options{}); why != "" {
+		t.Errorf("bad shape: Fallback says %q", why)
+	}
 }
