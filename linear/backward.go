@@ -52,9 +52,8 @@ import (
 //
 // About 3 times the forward's flops: per query head and position
 // 4·F·(D+1) for the query pass and as much for the key pass, plus
-// 6·C·(F+D) for the chunks' dense blocks when causal; on the reference
-// machine (2 cores, B = 1, H = 8, D = 64, n = 2048) 3.5 to 4 times the
-// forward's time (BenchmarkBackward). The work is split
+// 6·C·(F+D) for the chunks' dense blocks when causal (BenchmarkBackward
+// measures the time against the forward's). The work is split
 // over (batch row, kv head) pairs, the query pass and the key pass of a
 // pair being separate tasks; each output is written by one task in a
 // fixed order, so the result does not depend on the worker count. Extra

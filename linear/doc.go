@@ -28,8 +28,8 @@
 // folded into S with one more product. Every step is a matrix product
 // (simd.Gemm), so the causal pass runs at matrix-multiply speed instead of
 // one token at a time (fast-transformers #83 reports its token-by-token
-// causal kernel slower than softmax attention at n = 1024; this one is
-// about 3 times faster there, see Cost). Key padding (Options.KVLen)
+// causal kernel slower than softmax attention at n = 1024; see Cost).
+// Key padding (Options.KVLen)
 // bounds the keys, so padded keys enter neither the numerator nor the
 // normaliser: removing them after the feature map, not by zeroing keys or
 // values before it (performer-pytorch #89, fla #1263, where φ of a zeroed
@@ -38,7 +38,10 @@
 //
 // State is the same computation one token at a time, for decoding: O(F·D)
 // per token and head whatever the length, equal to the chunked pass up to
-// float32 rounding.
+// float32 rounding. Decoder (Attention.NewDecoder) is the State as an
+// attn.Decoder: a step of n positions (a prompt) runs the chunked pass
+// from the carried sums, and sequences of a batch may have different
+// lengths.
 //
 // # Log-scaled feature maps
 //
@@ -62,28 +65,34 @@
 // positive float32 (only possible with maps that are not positive, or when
 // it underflows), gets out 0 and lse -Inf.
 //
+// # NaN and infinities
+//
+// As in PyTorch, a NaN or an infinity in an input propagates: a row whose
+// query holds one, or that sees a key whose k or v does, is NaN in out and
+// in lse. Rows that do not see the key (earlier causal positions, other
+// heads, other batch rows) are unaffected, and padding keys are never
+// read. A non-finite value is kept out of the products of the rows that
+// do not see it, where its weight is 0 and 0·Inf would be NaN.
+//
 // # Cost
 //
 // Per query head and position, with F features (F = D for elu+1) and chunk
 // C: about 4·F·D flops for the state (applying it and folding keys in) and
 // 2·C·(F+D) for the dense block when causal, plus the feature map. Extra
-// memory is O(workers·(F·D + G·C·(F+D))) for G query heads per kv head.
+// memory is O(workers·(F·D + G·C·(F+D))) for G query heads per kv head;
+// one worker's scratch, like a State, is bounded by MaxStateBytes.
 // Work is split over (batch, kv head) pairs, and over the heads of a group
-// when there are fewer pairs than workers.
+// when there are fewer pairs than workers; each head's rows are
+// multiplied on their own, so the split, and the worker count, change no
+// bit of the result.
 //
-// On the reference machine (2 cores, AMD EPYC Zen 3, AVX2; B=1, H=8, D=64)
-// causal elu+1 attention overtakes exact causal attention (package flash)
-// at about n = 256 (BenchmarkCausal; exact time / linear time, best of
-// repeated runs):
-//
-//	n        128    256    512    1024   2048   4096
-//	ratio    0.7    1.0    1.7    3.2    5.7    15
-//
-// Exact causal attention grows as n², linear attention as n: about 0.9 µs
-// of one core per token and head at every length above a few chunks.
+// Exact causal attention grows as n², linear attention as n, so linear
+// attention overtakes exact causal attention (package flash) from a few
+// hundred positions on; BenchmarkCausal measures the ratio.
 //
 // # Errors
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or
-// attn.ErrInput; a cancelled context stops the pass and returns its error.
+// attn.ErrInput (sizes past MaxStateBytes are attn.ErrShape); a cancelled
+// context stops the pass and returns its error.
 package linear
