@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -15,13 +17,20 @@ import (
 	"github.com/attnkit/attn/ref"
 )
 
-// freshSeed returns a seed for this run and logs it, so that a failure
-// can be rerun with the same inputs.
-func freshSeed(t *testing.T) uint64 {
+// freshSeed returns a fresh seed for a test's random inputs and logs it
+// (shown when the test fails, or with -v); SPARSE_SEED=<seed> reruns the
+// tests with that seed.
+func freshSeed(t testing.TB) uint64 {
 	t.Helper()
-	s := rand.Uint64()
-	t.Logf("seed %d", s)
-	return s
+	seed := rand.Uint64()
+	if s := os.Getenv("SPARSE_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 0, 64); err != nil {
+			t.Fatalf("SPARSE_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (SPARSE_SEED=%d reruns it)", seed, seed)
+	return seed
 }
 
 // decodeCase is a mechanism to decode.
@@ -111,14 +120,6 @@ func chunksFor(t int) []int {
 	return ch
 }
 
-func f64s(x []float32) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
-
 // TestDecodeMatchesForward prefills a prompt, decodes the rest token by
 // token and compares with one causal Forward over all the tokens.
 func TestDecodeMatchesForward(t *testing.T) {
@@ -139,10 +140,10 @@ func TestDecodeMatchesForward(t *testing.T) {
 			}
 			got, lse := sq.decode(t, dec, chunksFor(T))
 			name := fmt.Sprintf("%s H=%d Hkv=%d D=%d", dc.name, sq.h, sq.hkv, sq.d)
-			if e := ref.RelErr(got, f64s(want)); e > tol {
+			if e := ref.RelErr(got, f64(want)); e > tol {
 				t.Errorf("%s: out rel err %.3g against Forward", name, e)
 			}
-			if e, err := ref.LSEErr(lse, f64s(wantLSE)); err != nil || e > tol {
+			if e, err := ref.LSEErr(lse, f64(wantLSE)); err != nil || e > tol {
 				t.Errorf("%s: lse rel err %.3g %v against Forward", name, e, err)
 			}
 			// Reset empties the decoder; decoding again gives the same.
@@ -182,7 +183,7 @@ func TestDecodeStorage(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, _ := sq.decode(t, dec, chunksFor(T))
-			e := ref.RelErr(got, f64s(want))
+			e := ref.RelErr(got, f64(want))
 			if e > st.tol || e < 1e-6 {
 				t.Errorf("%s %s: out rel err %.3g against float32 Forward, want in [1e-6, %g]", dc.name, st.name, e, st.tol)
 			}
@@ -279,7 +280,7 @@ func TestDecodeRagged(t *testing.T) {
 			}
 			want, wantLSE := sq.decode(t, alone, chunks)
 			if !slices.Equal(got[b], want) || !slices.Equal(gotLSE[b], wantLSE) {
-				t.Errorf("%s: sequence %d in the batch differs from it alone (out rel err %.3g)", dc.name, b, ref.RelErr(got[b], f64s(want)))
+				t.Errorf("%s: sequence %d in the batch differs from it alone (out rel err %.3g)", dc.name, b, ref.RelErr(got[b], f64(want)))
 			}
 		}
 	}

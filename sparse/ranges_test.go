@@ -40,7 +40,7 @@ func TestFloorDiv(t *testing.T) {
 
 // TestWindowMaskRow checks MaskRow against Visible.
 func TestWindowMaskRow(t *testing.T) {
-	rng := rand.New(rand.NewPCG(8, uint64(rand.Int64())))
+	rng := rand.New(rand.NewPCG(8, freshSeed(t)))
 	for range 2000 {
 		w := Window{Left: rng.IntN(100), Right: rng.IntN(100), Dilation: rng.IntN(5)}
 		if rng.IntN(4) == 0 {

@@ -168,7 +168,7 @@ func denseMask(s attn.Shape, o attn.Options, def visFunc) []bool {
 }
 
 func TestAgainstReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, uint64(rand.Int64()))) // fresh inputs every run
+	rng := rand.New(rand.NewPCG(3, freshSeed(t))) // fresh inputs every run
 	c := 0
 	for _, mc := range mechCases() {
 		for _, s := range shapes {
@@ -260,7 +260,7 @@ func checkResult(t *testing.T, name string, s attn.Shape, out, lse []float32, wa
 // them (Dense), against the definitions, and the structure of their
 // ranges.
 func TestPatternDefinition(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, uint64(rand.Int64())))
+	rng := rand.New(rand.NewPCG(4, freshSeed(t)))
 	for _, mc := range mechCases() {
 		for _, s := range shapes {
 			for _, causal := range []bool{false, true} {
@@ -328,7 +328,7 @@ func checkRanges(t *testing.T, name string, pat flash.Pattern, p0, p1, m int) {
 // TestPartRanges checks the patterns of the gathered parts Forward runs
 // the same way.
 func TestPartRanges(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, uint64(rand.Int64())))
+	rng := rand.New(rand.NewPCG(5, freshSeed(t)))
 	for _, mc := range mechCases() {
 		a, err := mc.build(flash.Config{})
 		if err != nil {
@@ -368,7 +368,7 @@ func TestPartRanges(t *testing.T) {
 // TestCausalPrefix checks that, causal, outputs up to t do not change when
 // queries, keys or values after t do.
 func TestCausalPrefix(t *testing.T) {
-	rng := rand.New(rand.NewPCG(6, uint64(rand.Int64())))
+	rng := rand.New(rand.NewPCG(6, freshSeed(t)))
 	s := attn.Shape{B: 1, H: 4, HKV: 2, N: 180, M: 180, D: 16}
 	o := attn.Options{Causal: true}
 	for _, mc := range mechCases() {
