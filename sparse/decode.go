@@ -135,29 +135,31 @@ const maxRing = 1 << 16
 
 // NewDecoder returns the mechanism's incremental causal decoder: each
 // sequence's keys and values are stored in a kvcache.Cache (element type
-// cfg.Storage), and each new query reads only the keys its pattern lets it
-// see, through kvcache's AttendRanges: for a window of Left keys O(Left)
-// rows a step (O(Left/Dilation) when dilated), kept in a ring of Left+1
-// positions; for strided O(l + T/l) at length T, fixed O(l + c·T/l),
-// Longformer O(Left + globals) and O(T) for a global query, BigBird
-// O(Block·(Window+Globals+Random)) and O(T) in a global block. The
-// outputs are those of the causal Forward over the whole sequence (BigBird's random blocks
-// are its causal draw, which does not depend on the length).
+// cfg.Storage), and each new query reads only the keys its pattern lets
+// it see, through kvcache's AttendRanges. At length T a step reads
+// O(Left) keys for a window (O(Left/Dilation) dilated), which keeps
+// Left+1 positions in a ring (up to 2^16; a longer window keeps every
+// position and still reads only its own); O(l + T/l) for strided mode,
+// O(l + c·T/l) for fixed mode, O(Left + globals) for Longformer (T for a
+// global query) and O(Block·(Window+Globals+Random)) for BigBird (T in a
+// global block). The outputs are those of one causal Forward over the
+// whole sequence; BigBird's random blocks are its causal draw, which does
+// not depend on the length.
 //
-// A chunk of n > 1 positions runs through Forward itself, on its queries
-// against the stored keys it can see (widened to float32) and its own;
-// single positions go through AttendRanges.
+// A chunk of n > 1 positions runs through Forward itself, its queries
+// against its own keys and the stored ones, widened to float32 (for a
+// window only the last Left); single positions go through AttendRanges.
 //
 // cfg.Window and cfg.Sinks restrict the pattern further, as for exact
-// attention: the query at p sees key j when the pattern allows it and j >
-// p-Window or j < Sinks. That is an intersection: a sink outside a
-// window pattern's Left stays unseen. The caches then keep Sinks plus the
-// last Window positions, and every step, chunks included, goes one
-// position at a time.
+// attention: the query at p sees key j when the pattern allows it and
+// j > p-Window or j < Sinks. That is an intersection: a sink outside a
+// window pattern's Left stays unseen. The caches then keep the Sinks and
+// the last Window positions (for a window pattern, at most Left+1), and
+// every step, chunks included, goes one position at a time.
 //
-// Bad configurations return errors wrapping attn.ErrShape or attn.ErrInput;
-// a step past cfg.MaxLen one wrapping kvcache.ErrFull, with nothing
-// appended.
+// Bad configurations return errors wrapping attn.ErrShape or
+// attn.ErrInput; a step past cfg.MaxLen one wrapping kvcache.ErrFull,
+// with nothing appended.
 func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

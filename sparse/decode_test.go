@@ -43,6 +43,8 @@ func decodeCases(seed uint64) []decodeCase {
 	return []decodeCase{
 		{"window", func() (*Attention, error) { return NewWindow(WindowConfig{Left: 9, Right: 4}) }},
 		{"window dilated", func() (*Attention, error) { return NewWindow(WindowConfig{Left: 13, Dilation: 3}) }},
+		// Longer than a ring may be: every position is stored.
+		{"window long", func() (*Attention, error) { return NewWindow(WindowConfig{Left: maxRing + 1, Dilation: 2}) }},
 		{"strided", func() (*Attention, error) { return NewStrided(StridedConfig{Stride: 5}) }},
 		{"fixed", func() (*Attention, error) { return NewStrided(StridedConfig{Mode: ModeFixed, Stride: 6, Summary: 2}) }},
 		{"longformer", func() (*Attention, error) {
@@ -463,39 +465,54 @@ func TestDecoderErrors(t *testing.T) {
 			t.Errorf("NewDecoder(%+v): err %v, want ErrShape or ErrInput", cfg, err)
 		}
 	}
-	cfg := attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 4, MaxLen: 5}
-	dec, err := a.NewDecoder(cfg)
+	// MaxLen with and without a ring (a window of 9 under MaxLen 5 has
+	// none, a window of 2 has one).
+	w9, err := NewWindow(WindowConfig{Left: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	step := func(n int, valid []int) error {
-		return dec.Step(ctx, make([]float32, 2*2*n*4), make([]float32, 2*n*4), make([]float32, 2*n*4), n, valid, make([]float32, 2*2*n*4), nil)
-	}
-	if err := step(4, []int{4, 2}); err != nil {
+	w2, err := NewWindow(WindowConfig{Left: 2})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := step(2, []int{1, 2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := step(2, []int{2, 1}); !errors.Is(err, kvcache.ErrFull) {
-		t.Errorf("step past MaxLen: err %v, want ErrFull", err)
-	}
-	if dec.Len(0) != 5 || dec.Len(1) != 4 {
-		t.Errorf("after a failed step Len = %d, %d, want 5, 4", dec.Len(0), dec.Len(1))
-	}
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"n = 0", dec.Step(ctx, nil, nil, nil, 0, nil, nil, nil)},
-		{"short q", dec.Step(ctx, make([]float32, 3), make([]float32, 8), make([]float32, 8), 1, nil, make([]float32, 16), nil)},
-		{"nil out", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, nil, nil, nil)},
-		{"valid", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, []int{2, 0}, make([]float32, 16), nil)},
-		{"valid length", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, []int{1}, make([]float32, 16), nil)},
-	} {
-		if !errors.Is(tc.err, attn.ErrShape) && !errors.Is(tc.err, attn.ErrInput) {
-			t.Errorf("%s: err %v, want ErrShape or ErrInput", tc.name, tc.err)
+	for _, m := range []*Attention{a, w9, w2} {
+		cfg := attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 4, MaxLen: 5}
+		dec, err := m.NewDecoder(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		step := func(n int, valid []int) error {
+			return dec.Step(ctx, make([]float32, 2*2*n*4), make([]float32, 2*n*4), make([]float32, 2*n*4), n, valid, make([]float32, 2*2*n*4), nil)
+		}
+		if err := step(4, []int{4, 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := step(2, []int{1, 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := step(2, []int{2, 1}); !errors.Is(err, kvcache.ErrFull) {
+			t.Errorf("%s: step past MaxLen: err %v, want ErrFull", m.Name(), err)
+		}
+		if dec.Len(0) != 5 || dec.Len(1) != 4 {
+			t.Errorf("%s: after a failed step Len = %d, %d, want 5, 4", m.Name(), dec.Len(0), dec.Len(1))
+		}
+		for _, tc := range []struct {
+			name string
+			err  error
+		}{
+			{"n = 0", dec.Step(ctx, nil, nil, nil, 0, nil, nil, nil)},
+			{"short q", dec.Step(ctx, make([]float32, 3), make([]float32, 8), make([]float32, 8), 1, nil, make([]float32, 16), nil)},
+			{"nil out", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, nil, nil, nil)},
+			{"valid", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, []int{2, 0}, make([]float32, 16), nil)},
+			{"valid length", dec.Step(ctx, make([]float32, 16), make([]float32, 8), make([]float32, 8), 1, []int{1}, make([]float32, 16), nil)},
+		} {
+			if !errors.Is(tc.err, attn.ErrShape) && !errors.Is(tc.err, attn.ErrInput) {
+				t.Errorf("%s %s: err %v, want ErrShape or ErrInput", m.Name(), tc.name, tc.err)
+			}
+		}
+		if dec.Len(0) != 5 || dec.Len(1) != 4 {
+			t.Errorf("%s: after bad steps Len = %d, %d, want 5, 4", m.Name(), dec.Len(0), dec.Len(1))
 		}
 	}
 }

@@ -56,6 +56,23 @@
 // one copy of Q, K, V for the gathered and regrouped parts, recycled
 // between calls.
 //
+// # Decoding and gradients
+//
+// (*Attention).NewDecoder is the causal pattern one token at a time
+// (attn.Decodable): keys and values go to a kvcache.Cache per sequence,
+// and each new query reads only the keys its pattern lets it see, through
+// kvcache's AttendRanges, with the decode kernels of exact attention. A
+// window keeps Left+1 positions in a ring, so a step and the memory cost
+// O(Left) however long the sequence; the other patterns keep every
+// position and read O(l + T/l) (strided), O(l + c·T/l) (fixed),
+// O(Left+G) (Longformer, T for a global query) or
+// O(Block·(Window+Globals+Random)) (BigBird) keys a step at length T.
+// The outputs are those of one causal Forward over the whole sequence.
+// A prompt chunk runs through Forward itself.
+//
+// (*Attention).Backward (attn.Differentiable) is the exact kernel's
+// backward pass over the mechanism's pattern.
+//
 // # Errors
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or

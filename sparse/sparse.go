@@ -110,14 +110,16 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 
 // Backward computes the gradients of Forward (see attn.Differentiable)
 // with the exact kernel's backward pass over the pattern of the call,
-// Pattern(s, o.Causal): every mechanism's pattern is one flash.Pattern, so
-// no layout needs a backward of its own, and the parts Forward splits a
-// pattern into do not matter. out and lse are Forward's. The cost is that
-// of the pattern's cover (see the flash.Pattern of each mechanism): a
-// window's and BigBird's are their keys, but strided mode's and
-// Longformer's covers are masked ranges over many keys, so their backward
-// pass does up to dense attention's work. A cancelled ctx stops it, the
-// gradients then being partly written.
+// Pattern(s, o.Causal). Every mechanism here is one flash.Pattern, so no
+// layout needs a backward of its own and none is unsupported; the parts
+// Forward splits a pattern into do not matter, since out and lse are the
+// same. The cost is that of the pattern's cover, its KeyRanges: about the
+// visible keys for a window, BigBird, Longformer (all M keys for a query
+// tile holding a global row) and fixed mode (up to 256 blocks of summary
+// columns; one masked range past that), but Left+Right+tile keys a row
+// for a dilated window, and a masked range over all keys for strided
+// mode, whose backward pass then does dense attention's work. A cancelled
+// ctx stops it, the gradients then being partly written.
 func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
 	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
 		return err
