@@ -73,20 +73,29 @@
 // # Fallback
 //
 // Performer approximates softmax attention, so below Config.Min keys
-// (default DefaultMin = 2048) Forward computes exact attention with
-// package flash instead. On the reference machine (2 cores, AMD EPYC Zen 3,
-// AVX2; B=1, H=8, D=64, 256 features) exact attention over n keys versus
-// FAVOR+ (BenchmarkForward; the ratio is exact time / FAVOR+ time):
+// (default DefaultMin = 2048, DefaultMinCausal = 4096 under the causal
+// mask, where exact attention does half the work) Forward computes exact
+// attention with package flash instead: there exact attention is faster
+// than 256 features (BenchmarkForward measures the crossing) as well as
+// exact. Fallback (attn.Fallbacker) says, for a call, whether and why
+// Forward does so; MinFor gives the threshold. A negative Min never
+// falls back.
 //
-//	n            256    512    1024   2048   4096
-//	not causal   0.5    1.0    1.9    3.8    9.9
-//	causal       0.3    0.5    0.8    1.6    3.4
+// # Decoding
 //
-// so FAVOR+ pays from about 512 keys without a mask and about 1400 with
-// the causal one; 2048 is past both, and FAVOR+ is less accurate at every
-// length. min=512 suits non-causal use. A negative Min never falls back.
-// Decoding with NewState never falls back, and its rows are not
-// recomputed when a normaliser underflows (they get out 0 and lse -Inf).
+// NewDecoder returns package linear's Decoder over the same features: a
+// recurrent state of m·(D+1) numbers per sequence and kv head, O(m·D) per
+// token and head. It always uses the random features, never exact
+// attention, whatever the length (it keeps no keys to attend exactly), so
+// it matches Forward with a negative Min; and its rows are not recomputed
+// when a normaliser underflows (they get out 0 and lse -Inf). NewState is
+// the bare state.
+//
+// # NaN and infinities
+//
+// As in PyTorch, a NaN or an infinity in q, or in a k or v row a query
+// sees, makes that query's row NaN in out and lse (package linear); the
+// other rows do not change.
 //
 // # Errors
 //

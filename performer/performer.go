@@ -13,22 +13,23 @@ import (
 
 // Config sets up a Performer. The zero value is FAVOR+ with
 // DefaultFeatures positive orthogonal features from seed 0, falling back
-// to exact attention below DefaultMin keys.
+// to exact attention below DefaultMin keys (DefaultMinCausal under the
+// causal mask).
 type Config struct {
 	// Features is the number of random features m (default
 	// DefaultFeatures). Trig needs an even number.
 	Features int
-	// Kind selects positive (FAVOR+, the default) or trigonometric
+	// Kind selects positive (FAVOR+, DefaultKind) or trigonometric
 	// features.
 	Kind Kind
 	// Min is the key length M below which Forward computes exact attention
-	// instead (default DefaultMin). A negative Min never falls back; the
+	// instead (0: DefaultMin, DefaultMinCausal under the causal mask; an
+	// explicit Min applies to both). A negative Min never falls back; the
 	// command line's min=0 maps to it.
 	Min int
-	// Seed selects the random projection.
+	// Seed selects the random projection (default 0).
 	Seed uint64
-	// Chunk is the chunk length of the causal pass (default
-	// linear.DefaultChunk).
+	// Chunk is the chunk length of the causal pass (default DefaultChunk).
 	Chunk int
 }
 
@@ -36,13 +37,26 @@ const (
 	// DefaultFeatures is the number of random features when
 	// Config.Features is 0.
 	DefaultFeatures = 256
+	// DefaultKind is the zero Config.Kind: FAVOR+'s positive features.
+	DefaultKind = Positive
 	// DefaultMin is the fallback length when Config.Min is 0 and there is
-	// no causal mask; with one it is doubled, since exact causal attention
-	// does half the work. Measured with the current exact kernel (attn
-	// bench, B=1, H=8, D=64): 256 features are 2.2× faster than exact at
-	// 2048 keys without the mask, but 0.75× at 2048 and 2.2× at 4096 with
-	// it.
+	// no causal mask: below it exact attention is faster than 256
+	// features, and always more accurate (BenchmarkForward measures the
+	// crossing).
 	DefaultMin = 2048
+	// DefaultMinCausal is the fallback length when Config.Min is 0 under
+	// the causal mask: exact causal attention does half the work, so it
+	// stays faster up to twice the length.
+	DefaultMinCausal = 2 * DefaultMin
+	// DefaultChunk is the chunk length of the causal pass when
+	// Config.Chunk is 0.
+	DefaultChunk = linear.DefaultChunk
+)
+
+var (
+	_ attn.Mechanism  = (*Performer)(nil)
+	_ attn.Fallbacker = (*Performer)(nil)
+	_ attn.Decodable  = (*Performer)(nil)
 )
 
 // Performer is FAVOR+ attention. It implements attn.Mechanism under the
@@ -50,7 +64,7 @@ const (
 type Performer struct {
 	fm    *FeatureMap
 	lin   *linear.Attention
-	exact *flash.Kernel
+	flash *flash.Kernel
 	min   int  // fallback length without the causal mask
 	auto  bool // min is the default, doubled under the causal mask
 }
@@ -71,7 +85,7 @@ func New(cfg Config) (*Performer, error) {
 	p := &Performer{
 		fm:    fm,
 		lin:   linear.New(linear.Config{Map: fm, Chunk: cfg.Chunk}),
-		exact: flash.New(flash.Config{}),
+		flash: flash.New(flash.Config{}),
 		min:   cfg.Min,
 	}
 	if p.min == 0 {
@@ -88,30 +102,57 @@ func (p *Performer) Features() *FeatureMap { return p.fm }
 
 // Min returns the key length below which Forward is exact without the
 // causal mask; 0 or less means never. With the default, the causal
-// threshold is twice it.
+// threshold is DefaultMinCausal (MinFor).
 func (p *Performer) Min() int { return p.min }
 
-// minFor returns the fallback length in effect for a call.
-func (p *Performer) minFor(causal bool) int {
+// MinFor returns the key length below which Forward computes exact
+// attention, for calls with the causal mask or without; 0 or less means
+// never.
+func (p *Performer) MinFor(causal bool) int {
 	if p.auto && causal {
-		return 2 * p.min
+		return DefaultMinCausal
 	}
 	return p.min
 }
 
+// exact reports whether Forward computes a call exactly: the one rule
+// behind Forward and Fallback.
+func (p *Performer) exact(s attn.Shape, o attn.Options) (limit int, ok bool) {
+	limit = p.MinFor(o.Causal)
+	return limit, s.M < limit
+}
+
+// Fallback implements attn.Fallbacker: it returns why Forward computes a
+// call of shape s under o exactly (its key length is below MinFor), or ""
+// when it runs the random features.
+func (p *Performer) Fallback(s attn.Shape, o attn.Options) string {
+	limit, ok := p.exact(s, o)
+	if !ok {
+		return ""
+	}
+	mask := ""
+	if o.Causal {
+		mask = " (causal)"
+	}
+	return fmt.Sprintf("M = %d < min = %d%s: ran exact attention", s.M, limit, mask)
+}
+
 // Forward writes the FAVOR+ estimate of softmax attention into out and,
 // when lse is non-nil, the log of the estimated normaliser
-// Σ_j exp(scale·q_i·k_j) into lse. When s.M < Min (twice the default
-// Min under the causal mask) it computes exact attention instead. A row that sees no key gets out 0 and lse -Inf. With
-// positive features a row whose estimated normaliser underflows float32
-// is computed exactly; with trigonometric features a row whose estimate is
-// not positive gets out 0 and lse -Inf.
+// Σ_j exp(scale·q_i·k_j) into lse. When s.M < MinFor(o.Causal) it
+// computes exact attention instead (Fallback says so). A row that sees no
+// key gets out 0 and lse -Inf. With positive features a row whose
+// estimated normaliser underflows float32 is computed exactly; with
+// trigonometric features a row whose estimate is not positive gets out 0
+// and lse -Inf. A row whose query, or a key or value it sees, holds a NaN
+// or an infinity is NaN, as in package linear. The result does not depend
+// on o.Workers.
 func (p *Performer) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
 	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
 		return err
 	}
-	if s.M < p.minFor(o.Causal) {
-		return p.exact.Forward(ctx, s, q, k, v, o, out, lse)
+	if _, ok := p.exact(s, o); ok {
+		return p.flash.Forward(ctx, s, q, k, v, o, out, lse)
 	}
 	l := lse
 	if l == nil && p.fm.kind == Positive {
@@ -170,7 +211,21 @@ func repairUnderflow(s attn.Shape, q, k, v []float32, o attn.Options, out, lse [
 // NewState returns a recurrent decoding state with the same features, for
 // b batch rows, h query heads, hkv key/value heads of size d and logit
 // scale scale (0: 1/sqrt(d)). Decoding never falls back to exact
-// attention.
+// attention. A state past linear.MaxStateBytes is an error wrapping
+// attn.ErrShape, before anything is allocated.
 func (p *Performer) NewState(b, h, hkv, d int, scale float32) (*linear.State, error) {
 	return p.lin.NewState(b, h, hkv, d, scale)
+}
+
+// NewDecoder returns a decoder (a linear.Decoder) running the same random
+// features over a recurrent state of m·(D+1) numbers per sequence and kv
+// head, O(m·D) per token and head whatever the length; see
+// linear.Attention.NewDecoder for cfg. It always uses the random features:
+// unlike Forward it never falls back to exact attention for short
+// sequences (it would need the keys the state does not keep), so its
+// outputs equal those of Forward with a negative Config.Min, up to float32
+// rounding. Nor are rows whose positive-feature normaliser underflows
+// recomputed exactly: they get out 0 and lse -Inf.
+func (p *Performer) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
+	return p.lin.NewDecoder(cfg)
 }
