@@ -56,3 +56,31 @@ func ExampleState() {
 	// token 0: out [1.000 0.000]
 	// token 1: out [0.333 0.667]
 }
+
+func ExampleAttention_NewDecoder() {
+	// The keys and values of the Forward example as a prompt of two
+	// positions, then a third token: each step attends causally to the
+	// state carried over from the earlier ones.
+	a := linear.New(linear.Config{})
+	dec, err := a.NewDecoder(attn.DecodeConfig{B: 1, H: 1, HKV: 1, D: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	out := make([]float32, 4)
+	if err := dec.Step(ctx, []float32{0, 0, 0, 0}, []float32{0, 0, 1, 1}, []float32{1, 0, 0, 1}, 2, nil, out, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("prompt: out %.3f\n", out)
+	// A third key φ(0, 0) = (1, 1), weight 2, with value (1, 1).
+	if err := dec.Step(ctx, []float32{0, 0}, []float32{0, 0}, []float32{1, 1}, 1, nil, out[:2], nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("token 2: out %.3f, length %d\n", out[:2], dec.Len(0))
+	// Output:
+	// prompt: out [1.000 0.000 0.333 0.667]
+	// token 2: out [0.500 0.750], length 3
+}
