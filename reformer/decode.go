@@ -1,59 +1,38 @@
 package reformer
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
+	"github.com/attnkit/attn/kvcache"
 )
 
-// Decoder is Reformer attention for generating one token at a time. It
-// keeps a cache of one sequence's keys and values per kv head together
-// with every key's bucket in every round, filed per bucket, so that a step
-// costs O(H·(Hashes·2·Bucket + Window)·D) whatever the cache length:
-//
-//   - Append(k, v) adds tokens to the cache and files each key under its
-//     bucket of every round;
-//   - Step(q) attends the query of the newest token (at position Len()-1)
-//     to the union of: in each round, the 2·Bucket most recent keys of its
-//     bucket (as many as a chunk and the one before it hold in Forward),
-//     and the Window most recent keys. Each key counts once; the self rule
-//     applies as in Forward.
-//
-// Only keys up to the query's own position are in the cache, so a step
-// never depends on later tokens. A Decoder is not safe for concurrent use.
-type Decoder struct {
-	cfg        Config
-	h, hkv, d  int
-	scale      float32
-	hs         *hasher
-	n          int         // tokens in the cache
-	keys, vals [][]float32 // [kvh] → [n][d]
-	buckets    [][]int32   // [kvh] → [n][rounds]: the bucket of every key in every round
-	lists      [][][]int32 // [kvh][round·buckets + bucket] → key positions, ascending
-
-	// Scratch.
-	proj   []float32
-	qb     []int32
-	stamp  []uint32 // stamp[pos] == gen: pos is a candidate already
-	gen    uint32
-	cand   []int32
-	logits []float32
+// decodeCore is what the sequences of a decoder share: the sizes, the
+// causal rule and the rotations.
+type decodeCore struct {
+	cfg       Config
+	ru        rule
+	h, hkv, d int
+	scale     float32
+	hs        *hasher
+	lists     int // bucket lists per sequence: Hkv·Hashes·buckets
 }
 
-// NewDecoder returns an empty decoder for h query heads reading hkv
-// key/value heads of size d. scale multiplies the logits; 0 means
-// 1/sqrt(d). The bucket count is Config.Buckets, or DefaultDecodeBuckets
-// when it is 0. The rotations are drawn here, exactly as Forward draws
-// them for the same bucket count and head size.
-func NewDecoder(cfg Config, h, hkv, d int, scale float32) (*Decoder, error) {
+// newDecodeCore checks the sizes of a decoder of b sequences, and what
+// they make it allocate, before allocating anything.
+func newDecodeCore(cfg Config, b, h, hkv, d int, scale float32) (*decodeCore, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	if h <= 0 || hkv <= 0 || d <= 0 || h%hkv != 0 || d > maxIndex || h > maxIndex {
-		return nil, fmt.Errorf("%w: reformer: decoder with H = %d, Hkv = %d, D = %d: want positive sizes and H a multiple of Hkv",
-			attn.ErrShape, h, hkv, d)
+	if b <= 0 || h <= 0 || hkv <= 0 || d <= 0 || h%hkv != 0 || d > maxIndex || h > maxIndex {
+		return nil, fmt.Errorf("%w: reformer: decoder with B = %d, H = %d, Hkv = %d, D = %d: want positive sizes and H a multiple of Hkv",
+			attn.ErrShape, b, h, hkv, d)
 	}
 	if c.SharedQK && h != hkv {
 		return nil, fmt.Errorf("%w: reformer: shared QK needs H == Hkv, got %d and %d", attn.ErrUnsupported, h, hkv)
@@ -64,68 +43,213 @@ func NewDecoder(cfg Config, h, hkv, d int, scale float32) (*Decoder, error) {
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(d)))
 	}
-	t := c.Buckets
-	if t == 0 {
-		t = DefaultDecodeBuckets
+	factors := bucketFactors(c.causalBuckets())
+	if err := checkRotation(c.Hashes, d, factors); err != nil {
+		return nil, err
 	}
-	hs := newHasher(c.Seed, c.Hashes, d, bucketFactors(t))
-	dec := &Decoder{
-		cfg: c, h: h, hkv: hkv, d: d, scale: scale, hs: hs,
-		keys:    make([][]float32, hkv),
-		vals:    make([][]float32, hkv),
-		buckets: make([][]int32, hkv),
-		lists:   make([][][]int32, hkv),
-		proj:    hs.scratch(),
-		qb:      make([]int32, c.Hashes),
+	nb := 1
+	for _, f := range factors {
+		nb *= f
 	}
-	for i := range dec.lists {
-		dec.lists[i] = make([][]int32, c.Hashes*hs.buckets)
+	// A list per (sequence, kv head, round, bucket), each a slice header
+	// even while empty.
+	perSeq := c.Hashes * nb
+	if hkv > MaxDecodeLists/perSeq || b > MaxDecodeLists/(hkv*perSeq) {
+		return nil, fmt.Errorf("%w: reformer: a decoder of B·Hkv·Hashes·buckets = %d·%d·%d·%d bucket lists exceeds %d; use fewer hashes or buckets",
+			attn.ErrUnsupported, b, hkv, c.Hashes, nb, MaxDecodeLists)
 	}
-	return dec, nil
+	return &decodeCore{
+		cfg: c, ru: c.rule(), h: h, hkv: hkv, d: d, scale: scale,
+		hs:    newHasher(c.Seed, c.Hashes, d, factors),
+		lists: hkv * perSeq,
+	}, nil
+}
+
+// sequence is one sequence's keys and values per kv head, with every key
+// filed under its bucket in every round.
+type sequence struct {
+	n          int
+	keys, vals [][]float32 // [kvh] → [n][d]
+	lists      [][]int32   // [(kvh·Hashes + round)·buckets + bucket] → positions, ascending
+}
+
+func (c *decodeCore) newSequence() *sequence {
+	return &sequence{
+		keys:  make([][]float32, c.hkv),
+		vals:  make([][]float32, c.hkv),
+		lists: make([][]int32, c.lists),
+	}
+}
+
+// checkGrow rejects appending t tokens to sq past maxLen (when positive)
+// or past the int32 positions.
+func (sq *sequence) checkGrow(t, maxLen int) error {
+	if maxLen > 0 && sq.n+t > maxLen {
+		return fmt.Errorf("%w: reformer: %d + %d positions exceed MaxLen = %d", kvcache.ErrFull, sq.n, t, maxLen)
+	}
+	if t > maxIndex-sq.n {
+		return fmt.Errorf("%w: reformer: a sequence of more than 2^31-1 tokens", attn.ErrUnsupported)
+	}
+	return nil
+}
+
+// append adds t tokens: the key and value of token i in kv head kvh are
+// the rows (kvh·stride + i)·D of k and v. With shared QK, k holds the
+// tokens' queries, which are stored normalised to unit length as keys.
+func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride int, proj []float32, kb []int32) {
+	d, R, nb := c.d, c.cfg.Hashes, c.hs.buckets
+	for kvh := range c.hkv {
+		keys, vals := sq.keys[kvh], sq.vals[kvh]
+		for i := range t {
+			src := (kvh*stride + i) * d
+			at := len(keys)
+			keys = append(keys, k[src:src+d]...)
+			if c.cfg.SharedQK {
+				normalizeRow(keys[at:], k[src:src+d])
+			}
+			vals = append(vals, v[src:src+d]...)
+			c.hs.hashRow(keys[at:at+d], proj, kb)
+			for r := range R {
+				l := &sq.lists[(kvh*R+r)*nb+int(kb[r])]
+				*l = append(*l, int32(sq.n+i))
+			}
+		}
+		sq.keys[kvh], sq.vals[kvh] = keys, vals
+	}
+	sq.n += t
+}
+
+// attend writes to out the attention of qh, the query of head h at
+// position p of sq (whose key is in sq, at most p+1 keys being seen), by
+// the causal rule, and returns its lse.
+func (c *decodeCore) attend(sq *sequence, h, p int, qh []float32, w *rowScratch, out []float32) float32 {
+	kvh := h / (c.h / c.hkv)
+	if p < 0 {
+		clear(out)
+		return negInf
+	}
+	keys := sq.keys[kvh]
+	if c.cfg.SharedQK {
+		// Hashing its own key (the normalised query) gives the query its
+		// key's buckets.
+		c.hs.hashRow(keys[p*c.d:][:c.d], w.proj, w.qb)
+	} else {
+		c.hs.hashRow(qh, w.proj, w.qb)
+	}
+	R, nb := c.cfg.Hashes, c.hs.buckets
+	for r := range R {
+		w.lists[r] = sq.lists[(kvh*R+r)*nb+int(w.qb[r])]
+	}
+	w.cand = c.ru.gather(w.cand, &w.seen, p, p+1, w.lists)
+	return attendRow(qh, keys, sq.vals[kvh], c.d, w.cand, c.scale, w.logitsFor(len(w.cand)), out)
+}
+
+// bytes returns the memory of sq.
+func (sq *sequence) bytes() int {
+	n := 0
+	for kvh := range sq.keys {
+		n += 4 * (cap(sq.keys[kvh]) + cap(sq.vals[kvh]))
+	}
+	for _, l := range sq.lists {
+		n += 24 + 4*cap(l)
+	}
+	return n
+}
+
+func (sq *sequence) reset() {
+	sq.n = 0
+	for kvh := range sq.keys {
+		sq.keys[kvh], sq.vals[kvh] = sq.keys[kvh][:0], sq.vals[kvh][:0]
+	}
+	for i := range sq.lists {
+		sq.lists[i] = sq.lists[i][:0]
+	}
+}
+
+// newScratch returns the scratch of one goroutine of a decoder.
+func (c *decodeCore) newScratch() *rowScratch {
+	return &rowScratch{
+		proj:  c.hs.rowScratch(),
+		qb:    make([]int32, c.cfg.Hashes),
+		lists: make([][]int32, c.cfg.Hashes),
+	}
+}
+
+func (w *rowScratch) bytes() int {
+	return 4 * (cap(w.proj) + cap(w.qb) + cap(w.seen.stamp) + cap(w.cand) + cap(w.logits))
+}
+
+// normalizeRow writes src scaled to unit length to dst (a zero row stays
+// zero), exactly as normalizedRows does for each of its rows.
+func normalizeRow(dst, src []float32) {
+	var ss float64
+	for _, v := range src {
+		ss += float64(v) * float64(v)
+	}
+	if ss == 0 {
+		clear(dst[:len(src)])
+		return
+	}
+	inv := float32(1 / math.Sqrt(ss))
+	for c, v := range src {
+		dst[c] = v * inv
+	}
+}
+
+// Decoder is Reformer attention for generating one sequence a token at a
+// time, by the causal rule of causal Forward (see the package
+// documentation): it keeps the sequence's keys and values per kv head
+// with every key filed under its bucket in every round, so that a step
+// costs O(H·(Hashes·2·Bucket + Window)·D) whatever the cache length:
+//
+//   - Append(k, v) adds tokens to the cache and files each key under its
+//     bucket of every round;
+//   - Step(q) attends the query of the newest token (at position Len()-1)
+//     to the keys the causal rule gives it: exactly what causal Forward
+//     over the same tokens computes for that position, when Forward does
+//     not fall back to exact attention.
+//
+// For a batch of sequences, prompts of several tokens and the attn.Decoder
+// interface, see LSH.NewDecoder. A Decoder is not safe for concurrent use.
+type Decoder struct {
+	c  *decodeCore
+	sq *sequence
+	w  *rowScratch
+	kb []int32
+}
+
+// NewDecoder returns an empty decoder for h query heads reading hkv
+// key/value heads of size d. scale multiplies the logits; 0 means
+// 1/sqrt(d). The bucket count is Config.Buckets, or DefaultCausalBuckets
+// when it is 0. The rotations are drawn here, exactly as causal Forward
+// draws them. Sizes whose tables would exceed MaxRotationFloats or
+// MaxDecodeLists are rejected (attn.ErrUnsupported) before anything is
+// allocated.
+func NewDecoder(cfg Config, h, hkv, d int, scale float32) (*Decoder, error) {
+	c, err := newDecodeCore(cfg, 1, h, hkv, d, scale)
+	if err != nil {
+		return nil, err
+	}
+	return &Decoder{c: c, sq: c.newSequence(), w: c.newScratch(), kb: make([]int32, c.cfg.Hashes)}, nil
 }
 
 // Len returns the number of tokens in the cache.
-func (dec *Decoder) Len() int { return dec.n }
+func (dec *Decoder) Len() int { return dec.sq.n }
 
 // Append adds t tokens to the cache: k and v are [Hkv][t][D], the layout of
 // K and V in package attn for one batch row. With Config.SharedQK, k holds
 // the tokens' queries, which are normalised to unit length as keys.
 func (dec *Decoder) Append(k, v []float32) error {
-	row := dec.hkv * dec.d
+	row := dec.c.hkv * dec.c.d
 	if len(k) != len(v) || len(k)%row != 0 {
 		return fmt.Errorf("%w: reformer: Append got len(k) = %d, len(v) = %d, want equal multiples of Hkv·D = %d",
 			attn.ErrShape, len(k), len(v), row)
 	}
 	t := len(k) / row
-	if t > maxIndex-dec.n {
-		return fmt.Errorf("%w: reformer: a cache of more than 2^31-1 tokens", attn.ErrUnsupported)
+	if err := dec.sq.checkGrow(t, 0); err != nil {
+		return err
 	}
-	R, nb := dec.cfg.Hashes, dec.hs.buckets
-	for kvh := range dec.hkv {
-		kh := k[kvh*t*dec.d : (kvh+1)*t*dec.d]
-		if dec.cfg.SharedQK {
-			kh = normalizedRows(kh, dec.d)
-		}
-		dec.keys[kvh] = append(dec.keys[kvh], kh...)
-		dec.vals[kvh] = append(dec.vals[kvh], v[kvh*t*dec.d:(kvh+1)*t*dec.d]...)
-		bs := dec.buckets[kvh]
-		start := len(bs)
-		bs = append(bs, make([]int32, t*R)...)
-		dec.hs.hash(kh, t, dec.d, dec.proj, bs[start:])
-		dec.buckets[kvh] = bs
-		lists := dec.lists[kvh]
-		for i := range t {
-			for r := range R {
-				b := r*nb + int(bs[start+i*R+r])
-				lists[b] = append(lists[b], int32(dec.n+i))
-			}
-		}
-	}
-	dec.n += t
-	if cap(dec.stamp) < dec.n {
-		dec.stamp = append(dec.stamp[:cap(dec.stamp)], make([]uint32, dec.n-cap(dec.stamp))...)
-	}
-	dec.stamp = dec.stamp[:dec.n]
+	dec.c.append(dec.sq, k, v, t, t, dec.w.proj, dec.kb)
 	return nil
 }
 
@@ -135,144 +259,169 @@ func (dec *Decoder) Append(k, v []float32) error {
 // cache every row gets out 0 and lse -Inf. With Config.SharedQK the
 // query's buckets are those of its own key, filed by Append.
 func (dec *Decoder) Step(q, out, lse []float32) error {
-	n := dec.h * dec.d
-	if len(q) != n || len(out) != n || (lse != nil && len(lse) != dec.h) {
+	c := dec.c
+	n := c.h * c.d
+	if len(q) != n || len(out) != n || (lse != nil && len(lse) != c.h) {
 		return fmt.Errorf("%w: reformer: Step got len(q) = %d, len(out) = %d, len(lse) = %d, want H·D = %d and H = %d",
-			attn.ErrShape, len(q), len(out), len(lse), n, dec.h)
+			attn.ErrShape, len(q), len(out), len(lse), n, c.h)
 	}
-	g := dec.h / dec.hkv
-	for hh := range dec.h {
-		qh := q[hh*dec.d : (hh+1)*dec.d]
-		l := dec.attend(hh/g, qh, out[hh*dec.d:(hh+1)*dec.d])
+	for h := range c.h {
+		l := c.attend(dec.sq, h, dec.sq.n-1, q[h*c.d:(h+1)*c.d], dec.w, out[h*c.d:(h+1)*c.d])
 		if lse != nil {
-			lse[hh] = l
+			lse[h] = l
 		}
 	}
 	return nil
 }
 
-// candidates returns the cache positions the newest token's query qh
-// attends to in kv head kvh, each once, in no particular order.
-func (dec *Decoder) candidates(kvh int, qh []float32) []int32 {
-	dec.cand = dec.cand[:0]
-	t := dec.n - 1
-	if t < 0 {
-		return dec.cand
-	}
-	R, nb := dec.cfg.Hashes, dec.hs.buckets
-	if dec.cfg.SharedQK {
-		copy(dec.qb, dec.buckets[kvh][t*R:(t+1)*R])
-	} else {
-		dec.hs.hash(qh, 1, dec.d, dec.proj, dec.qb)
-	}
-	dec.gen++
-	if dec.gen == 0 { // wrapped: old stamps could collide
-		clear(dec.stamp)
-		dec.gen = 1
-	}
-	excl := dec.cfg.ExcludeSelf
-	add := func(pos int32) {
-		if excl && int(pos) == t {
-			return
-		}
-		if dec.stamp[pos] != dec.gen {
-			dec.stamp[pos] = dec.gen
-			dec.cand = append(dec.cand, pos)
-		}
-	}
-	per := 2 * dec.cfg.Bucket
-	for r := range R {
-		list := dec.lists[kvh][r*nb+int(dec.qb[r])]
-		for _, pos := range list[max(0, len(list)-per):] {
-			add(pos)
-		}
-	}
-	for pos := max(0, t-dec.cfg.Window+1); pos <= t; pos++ {
-		add(int32(pos))
-	}
-	if len(dec.cand) == 0 && excl {
-		dec.cand = append(dec.cand, int32(t)) // the self rule's fallback
-	}
-	return dec.cand
+// BatchDecoder is the attn.Decoder of Reformer attention, made by
+// LSH.NewDecoder: one sequence state (keys and values in float32, each
+// key filed under its bucket in every round) per sequence of the batch,
+// so that sequences may hold different lengths. A step attends each new
+// position by the causal rule, the one causal Forward follows: decoding
+// a sequence in any chunks gives what causal Forward over all its tokens
+// gives, bit for bit, when Forward does not fall back to exact attention
+// (the decoder never does). A step of one token costs
+// O(H·(Hashes·2·Bucket + Window)·D) whatever the length.
+//
+// With Config.SharedQK a step's keys are its queries (normalised); its k
+// must still have the length of K and is not read.
+type BatchDecoder struct {
+	c       *decodeCore
+	dc      attn.DecodeConfig
+	seqs    []*sequence
+	scratch []*rowScratch // one per goroutine of a step, kept across steps
+	kb      []int32
 }
 
-// attend writes the attention of qh over its candidates in kv head kvh to
-// out and returns the lse.
-func (dec *Decoder) attend(kvh int, qh, out []float32) float32 {
-	cand := dec.candidates(kvh, qh)
-	clear(out)
-	if len(cand) == 0 {
-		return negInf
+// NewDecoder implements attn.Decodable: an empty BatchDecoder of cfg.B
+// sequences with l's settings. Keys are stored in float32 only (Storage
+// "" or "f32"): a step reads its keys one at a time at hashed positions,
+// through float32 kernels, and a narrower store would need kernels of its
+// own. cfg.Window (a StreamingLLM window) is not supported: evicting old
+// keys would drop keys the buckets still reach, changing the rule, and
+// decoding would no longer match Forward. Config.Window, the local window
+// of the rule, is another thing. Sizes are checked before anything is
+// allocated; cfg.MaxLen bounds each sequence but is not allocated up
+// front.
+func (l *LSH) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	d := dec.d
-	keys, vals := dec.keys[kvh], dec.vals[kvh]
-	if cap(dec.logits) < len(cand) {
-		dec.logits = make([]float32, len(cand))
+	if cfg.Storage != "" && cfg.Storage != "f32" {
+		return nil, fmt.Errorf("%w: reformer: decoder storage %q: keys are stored in float32 only (a step reads them one at a time at hashed positions through float32 kernels)",
+			attn.ErrUnsupported, cfg.Storage)
 	}
-	logits := dec.logits[:len(cand)]
-	// Four keys at a time: independent rows keep several cache misses in
-	// flight, which is what a step over a long cache waits on.
-	i := 0
-	for ; i+4 <= len(cand); i += 4 {
-		c := cand[i : i+4]
-		s0, s1, s2, s3 := dot4(qh, keys[int(c[0])*d:][:d], keys[int(c[1])*d:][:d], keys[int(c[2])*d:][:d], keys[int(c[3])*d:][:d])
-		logits[i], logits[i+1], logits[i+2], logits[i+3] = s0*dec.scale, s1*dec.scale, s2*dec.scale, s3*dec.scale
+	if cfg.Window > 0 {
+		return nil, fmt.Errorf("%w: reformer: decoder Window = %d: a StreamingLLM window would evict keys the hash buckets still reach, so decoding would no longer follow the causal rule of Forward",
+			attn.ErrUnsupported, cfg.Window)
 	}
-	for ; i < len(cand); i++ {
-		s0, _, _, _ := dot4(qh, keys[int(cand[i])*d:][:d], nil, nil, nil)
-		logits[i] = s0 * dec.scale
+	c, err := newDecodeCore(l.cfg, cfg.B, cfg.H, cfg.HKV, cfg.D, cfg.ScaleFor())
+	if err != nil {
+		return nil, err
 	}
-	mx := negInf
-	for _, x := range logits {
-		mx = max(mx, x)
+	d := &BatchDecoder{c: c, dc: cfg, seqs: make([]*sequence, cfg.B), kb: make([]int32, c.cfg.Hashes)}
+	for b := range d.seqs {
+		d.seqs[b] = c.newSequence()
 	}
-	if math.IsInf(float64(mx), 0) || math.IsNaN(float64(mx)) {
-		// Inf or NaN inputs: let IEEE arithmetic say so, as the exact
-		// kernel does, rather than dividing 0 by 0 silently.
-		mx = 0
-	}
-	var sum float32
-	for i, x := range logits {
-		p := float32(math.Exp(float64(x - mx)))
-		logits[i] = p
-		sum += p
-	}
-	i = 0
-	for ; i+4 <= len(cand); i += 4 {
-		c, p := cand[i:i+4], logits[i:i+4]
-		v0, v1, v2, v3 := vals[int(c[0])*d:][:d], vals[int(c[1])*d:][:d], vals[int(c[2])*d:][:d], vals[int(c[3])*d:][:d]
-		for j := range out {
-			out[j] += p[0]*v0[j] + p[1]*v1[j] + p[2]*v2[j] + p[3]*v3[j]
-		}
-	}
-	for ; i < len(cand); i++ {
-		p, v0 := logits[i], vals[int(cand[i])*d:][:d]
-		for j := range out {
-			out[j] += p * v0[j]
-		}
-	}
-	inv := 1 / sum
-	for c := range out {
-		out[c] *= inv
-	}
-	return mx + float32(math.Log(float64(sum)))
+	return d, nil
 }
 
-// dot4 returns the dot products of q with up to four rows (nil rows give
-// 0), in one pass so that their loads overlap.
-func dot4(q, r0, r1, r2, r3 []float32) (s0, s1, s2, s3 float32) {
-	if r1 == nil {
-		for j, x := range q {
-			s0 += x * r0[j]
-		}
-		return s0, 0, 0, 0
+// Len returns the positions appended to sequence b.
+func (d *BatchDecoder) Len(b int) int { return d.seqs[b].n }
+
+// Bytes returns the memory of the sequences, the scratch and the
+// rotations.
+func (d *BatchDecoder) Bytes() int {
+	n := 4 * len(d.c.hs.rot)
+	for _, sq := range d.seqs {
+		n += sq.bytes()
 	}
-	r0, r1, r2, r3 = r0[:len(q)], r1[:len(q)], r2[:len(q)], r3[:len(q)]
-	for j, x := range q {
-		s0 += x * r0[j]
-		s1 += x * r1[j]
-		s2 += x * r2[j]
-		s3 += x * r3[j]
+	for _, w := range d.scratch {
+		n += w.bytes()
 	}
-	return s0, s1, s2, s3
+	return n
 }
+
+// Reset empties every sequence, keeping the memory.
+func (d *BatchDecoder) Reset() {
+	for _, sq := range d.seqs {
+		sq.reset()
+	}
+}
+
+// decodeRowsPerWorker is the least number of query rows worth a goroutine
+// of their own in a step: a one-token step of one sequence runs in the
+// calling goroutine.
+const decodeRowsPerWorker = 16
+
+// Step implements attn.Decoder. A step that fails its checks (shapes,
+// MaxLen) appends nothing.
+func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid []int, out, lse []float32) error {
+	cfg, c := d.dc, d.c
+	if err := cfg.CheckStep(q, k, v, n, valid, out, lse); err != nil {
+		return err
+	}
+	count := func(b int) int {
+		if valid == nil {
+			return n
+		}
+		return valid[b]
+	}
+	for b, sq := range d.seqs {
+		if err := sq.checkGrow(count(b), cfg.MaxLen); err != nil {
+			return fmt.Errorf("sequence %d: %w", b, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h, hkv, dd := c.h, c.hkv, c.d
+	start := make([]int, len(d.seqs)) // each sequence's length before the step
+	if len(d.scratch) == 0 {
+		d.scratch = append(d.scratch, c.newScratch())
+	}
+	for b, sq := range d.seqs {
+		start[b] = sq.n
+		src := k[b*hkv*n*dd:]
+		if c.cfg.SharedQK {
+			src = q[b*h*n*dd:] // H == Hkv: the same layout
+		}
+		c.append(sq, src, v[b*hkv*n*dd:], count(b), n, d.scratch[0].proj, d.kb)
+	}
+	blocks := (n + causalRows - 1) / causalRows
+	tasks := cfg.B * h * blocks
+	workers := attn.Options{Workers: cfg.Workers}.WorkerCount(runtime.GOMAXPROCS(0), (cfg.B*h*n+decodeRowsPerWorker-1)/decodeRowsPerWorker)
+	workers = min(workers, tasks)
+	for len(d.scratch) < workers {
+		d.scratch = append(d.scratch, c.newScratch())
+	}
+	var next atomic.Int64
+	scratch := func() *rowScratch { return d.scratch[next.Add(1)-1] }
+	return parallel.For(ctx, workers, tasks, scratch, func(w *rowScratch, t int) error {
+		bh, blk := t/blocks, t%blocks
+		b, hd := bh/h, bh%h
+		sq, cnt := d.seqs[b], count(b)
+		for i := blk * causalRows; i < min((blk+1)*causalRows, n); i++ {
+			row := bh*n + i
+			o := out[row*dd:][:dd]
+			var x float32
+			if i < cnt {
+				x = c.attend(sq, hd, start[b]+i, q[row*dd:][:dd], w, o)
+			} else {
+				clear(o)
+				x = negInf
+			}
+			if lse != nil {
+				lse[row] = x
+			}
+		}
+		return nil
+	})
+}
+
+var (
+	_ attn.Decoder    = (*BatchDecoder)(nil)
+	_ attn.Decodable  = (*LSH)(nil)
+	_ attn.Fallbacker = (*LSH)(nil)
+)

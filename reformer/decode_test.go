@@ -1,6 +1,7 @@
 package reformer
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -15,72 +17,86 @@ import (
 // step attends to: per round the 2·Bucket latest keys hashed to the
 // query's bucket, plus the Window latest keys, minus the self rule.
 func decodeKeys(dec *Decoder, kvh int, qh []float32) []bool {
-	t := dec.n - 1
-	vis := make([]bool, dec.n)
+	c, n := dec.c, dec.sq.n
+	t := n - 1
+	vis := make([]bool, n)
 	if t < 0 {
 		return vis
 	}
-	R := dec.cfg.Hashes
-	kb := make([]int32, dec.n*R)
-	dec.hs.hash(dec.keys[kvh], dec.n, dec.d, dec.hs.scratch(), kb)
-	qb := make([]int32, R)
-	if dec.cfg.SharedQK {
-		copy(qb, kb[t*R:])
-	} else {
-		dec.hs.hash(qh, 1, dec.d, dec.hs.scratch(), qb)
+	R := c.cfg.Hashes
+	proj := c.hs.rowScratch()
+	hash := func(x []float32) []int32 {
+		b := make([]int32, R)
+		c.hs.hashRow(x, proj, b)
+		return b
+	}
+	keys := dec.sq.keys[kvh]
+	qb := hash(qh)
+	if c.cfg.SharedQK {
+		qb = hash(keys[t*c.d:][:c.d])
 	}
 	for r := range R {
 		taken := 0
-		for j := t; j >= 0 && taken < 2*dec.cfg.Bucket; j-- {
-			if kb[j*R+r] == qb[r] {
+		for j := t; j >= 0 && taken < 2*c.cfg.Bucket; j-- {
+			if hash(keys[j*c.d:][:c.d])[r] == qb[r] {
 				vis[j] = true
 				taken++
 			}
 		}
 	}
-	for j := max(0, t-dec.cfg.Window+1); j <= t; j++ {
+	for j := max(0, t-c.cfg.Window+1); j <= t; j++ {
 		vis[j] = true
 	}
-	if dec.cfg.ExcludeSelf {
+	if c.cfg.ExcludeSelf {
 		vis[t] = false
 		vis[t] = !slices.Contains(vis, true)
 	}
 	return vis
 }
 
+// stepKeys returns how many keys a step of query qh in kv head kvh
+// attends to.
+func stepKeys(dec *Decoder, kvh int, qh []float32) int {
+	c := dec.c
+	out := make([]float32, c.d)
+	c.attend(dec.sq, kvh*(c.h/c.hkv), dec.sq.n-1, qh, dec.w, out)
+	return len(dec.w.cand)
+}
+
 // checkStep compares one step with exact attention over decodeKeys.
 func checkStep(t *testing.T, dec *Decoder, q []float32) {
 	t.Helper()
-	out := make([]float32, dec.h*dec.d)
-	lse := make([]float32, dec.h)
+	c, n := dec.c, dec.sq.n
+	out := make([]float32, c.h*c.d)
+	lse := make([]float32, c.h)
 	if err := dec.Step(q, out, lse); err != nil {
 		t.Fatal(err)
 	}
-	g := dec.h / dec.hkv
-	for h := range dec.h {
+	g := c.h / c.hkv
+	for h := range c.h {
 		kvh := h / g
-		qh := q[h*dec.d : (h+1)*dec.d]
+		qh := q[h*c.d : (h+1)*c.d]
 		mask := decodeKeys(dec, kvh, qh)
-		if n := len(dec.candidates(kvh, qh)); n > dec.cfg.Hashes*2*dec.cfg.Bucket+dec.cfg.Window {
-			t.Fatalf("step at %d attends %d keys: more than the bound", dec.n-1, n)
+		if k := stepKeys(dec, kvh, qh); k > c.cfg.Hashes*2*c.cfg.Bucket+c.cfg.Window {
+			t.Fatalf("step at %d attends %d keys: more than the bound", n-1, k)
 		}
-		s := attn.Shape{B: 1, H: 1, HKV: 1, N: 1, M: max(dec.n, 1), D: dec.d}
-		k, v := dec.keys[kvh], dec.vals[kvh]
-		if dec.n == 0 {
-			k, v, mask = make([]float32, dec.d), make([]float32, dec.d), []bool{false}
+		s := attn.Shape{B: 1, H: 1, HKV: 1, N: 1, M: max(n, 1), D: c.d}
+		k, v := dec.sq.keys[kvh], dec.sq.vals[kvh]
+		if n == 0 {
+			k, v, mask = make([]float32, c.d), make([]float32, c.d), []bool{false}
 		}
-		wantOut, wantLSE, err := ref.Attention(s, qh, k, v, ref.Spec{Scale: float64(dec.scale), Mask: mask})
+		wantOut, wantLSE, err := ref.Attention(s, qh, k, v, ref.Spec{Scale: float64(c.scale), Mask: mask})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := ref.RelErr(out[h*dec.d:(h+1)*dec.d], wantOut); e > 2e-5 {
-			t.Fatalf("step at %d head %d: out rel err %.3g", dec.n-1, h, e)
+		if e := ref.RelErr(out[h*c.d:(h+1)*c.d], wantOut); e > 2e-5 {
+			t.Fatalf("step at %d head %d: out rel err %.3g", n-1, h, e)
 		}
 		// One lse per check: compare it absolutely near 0, where a
 		// relative error means nothing.
 		got, want := float64(lse[h]), wantLSE[0]
 		if math.IsInf(want, -1) != math.IsInf(got, -1) || (!math.IsInf(want, -1) && math.Abs(got-want) > 2e-5*math.Max(1, math.Abs(want))) {
-			t.Fatalf("step at %d head %d: lse %v, want %v", dec.n-1, h, got, want)
+			t.Fatalf("step at %d head %d: lse %v, want %v", n-1, h, got, want)
 		}
 	}
 }
@@ -89,7 +105,7 @@ func checkStep(t *testing.T, dec *Decoder, q []float32) {
 // or, with shared QK, the keys passed (the tokens' queries) as [Hkv][n][D].
 func appendTokens(t *testing.T, rng *rand.Rand, dec *Decoder, n int) []float32 {
 	t.Helper()
-	k, v := ref.Normal(rng, dec.hkv*n*dec.d), ref.Normal(rng, dec.hkv*n*dec.d)
+	k, v := ref.Normal(rng, dec.c.hkv*n*dec.c.d), ref.Normal(rng, dec.c.hkv*n*dec.c.d)
 	if err := dec.Append(k, v); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +113,7 @@ func appendTokens(t *testing.T, rng *rand.Rand, dec *Decoder, n int) []float32 {
 }
 
 func TestDecoderAgainstReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(20, uint64(rand.Int64())))
+	rng := testRNG(t, 20)
 	for _, c := range []struct {
 		cfg         Config
 		h, hkv, d   int
@@ -122,7 +138,7 @@ func TestDecoderAgainstReference(t *testing.T) {
 }
 
 func TestDecoderSharedQK(t *testing.T) {
-	rng := rand.New(rand.NewPCG(21, uint64(rand.Int64())))
+	rng := testRNG(t, 21)
 	dec, err := NewDecoder(Config{SharedQK: true, Hashes: 2, Bucket: 3, Buckets: 8, Window: 2}, 3, 3, 16, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +165,7 @@ func TestDecoderSharedQK(t *testing.T) {
 // A step costs the same whatever the cache length: it attends to at most
 // Hashes·2·Bucket + Window keys.
 func TestDecoderBoundedKeys(t *testing.T) {
-	rng := rand.New(rand.NewPCG(22, uint64(rand.Int64())))
+	rng := testRNG(t, 22)
 	cfg := Config{Hashes: 4, Bucket: 8, Buckets: 4, Window: 16}
 	dec, err := NewDecoder(cfg, 2, 2, 8, 0)
 	if err != nil {
@@ -158,7 +174,7 @@ func TestDecoderBoundedKeys(t *testing.T) {
 	appendTokens(t, rng, dec, 5000)
 	for range 20 {
 		q := ref.Normal(rng, 8)
-		n := len(dec.candidates(0, q))
+		n := stepKeys(dec, 0, q)
 		if n > 4*2*8+16 || n < 16 {
 			t.Fatalf("a step over 5000 keys attends %d, want between 16 and %d", n, 4*2*8+16)
 		}
@@ -202,5 +218,261 @@ func TestDecoderValidation(t *testing.T) {
 	}
 	if dec.Len() != 0 {
 		t.Errorf("failed appends changed the length to %d", dec.Len())
+	}
+}
+
+// tokens is one sequence's inputs: q [H][n][D], k and v [Hkv][n][D].
+type tokens struct {
+	n       int
+	q, k, v []float32
+}
+
+func randomTokens(rng *rand.Rand, h, hkv, d, n int) tokens {
+	return tokens{n: n, q: ref.Normal(rng, h*n*d), k: ref.Normal(rng, hkv*n*d), v: ref.Normal(rng, hkv*n*d)}
+}
+
+// rows returns positions [i, i+c) of x ([heads][n][d]) as [heads][w][d],
+// zero past c (padding).
+func rows(x []float32, heads, n, d, i, c, w int) []float32 {
+	y := make([]float32, heads*w*d)
+	for h := range heads {
+		copy(y[h*w*d:][:c*d], x[(h*n+i)*d:][:c*d])
+	}
+	return y
+}
+
+// decodeAll runs the sequences through dec in steps of the given sizes
+// (each sequence taking as many of a step's positions as it has left:
+// ragged) and returns each sequence's out [H][n][D] and lse [H][n].
+func decodeAll(t *testing.T, dec attn.Decoder, cfg attn.DecodeConfig, seqs []tokens, steps []int) (outs, lses [][]float32) {
+	t.Helper()
+	h, hkv, d := cfg.H, cfg.HKV, cfg.D
+	for _, sq := range seqs {
+		outs = append(outs, make([]float32, h*sq.n*d))
+		lses = append(lses, make([]float32, h*sq.n))
+	}
+	done := make([]int, len(seqs))
+	for si := 0; ; si++ {
+		n := steps[si%len(steps)]
+		var q, k, v []float32
+		valid := make([]int, len(seqs))
+		left := false
+		for b, sq := range seqs {
+			c := min(n, sq.n-done[b])
+			valid[b] = c
+			left = left || c > 0
+			q = append(q, rows(sq.q, h, sq.n, d, done[b], c, n)...)
+			k = append(k, rows(sq.k, hkv, sq.n, d, done[b], c, n)...)
+			v = append(v, rows(sq.v, hkv, sq.n, d, done[b], c, n)...)
+		}
+		if !left {
+			return outs, lses
+		}
+		out := make([]float32, len(q))
+		lse := make([]float32, cfg.B*h*n)
+		if err := dec.Step(context.Background(), q, k, v, n, valid, out, lse); err != nil {
+			t.Fatal(err)
+		}
+		for b, sq := range seqs {
+			for hd := range h {
+				row := (b*h + hd) * n
+				copy(outs[b][(hd*sq.n+done[b])*d:][:valid[b]*d], out[row*d:][:valid[b]*d])
+				copy(lses[b][hd*sq.n+done[b]:][:valid[b]], lse[row:][:valid[b]])
+				for i := valid[b]; i < n; i++ {
+					if lse[row+i] != negInf || slices.ContainsFunc(out[(row+i)*d:][:d], func(x float32) bool { return x != 0 }) {
+						t.Fatalf("padding row %d of sequence %d head %d: lse %v, out not 0", i, b, hd, lse[row+i])
+					}
+				}
+			}
+			done[b] += valid[b]
+			if dec.Len(b) != done[b] {
+				t.Fatalf("sequence %d: Len %d, want %d", b, dec.Len(b), done[b])
+			}
+		}
+	}
+}
+
+// Decoding in any chunks, ragged across a batch, gives causal Forward over
+// each whole sequence, bit for bit: both follow the causal rule with the
+// same candidates in the same order through the same row kernel.
+func TestBatchDecoderMatchesForward(t *testing.T) {
+	rng := testRNG(t, 40)
+	for _, c := range []struct {
+		cfg       Config
+		h, hkv, d int
+		scale     float32
+		lens      []int
+		steps     []int
+		workers   int
+	}{
+		{Config{Hashes: 3, Bucket: 4, Buckets: 6, Window: 3, Min: -1}, 4, 2, 23, 0, []int{150, 61, 1, 0}, []int{37, 1, 1, 5, 1, 64, 1}, 0},
+		{Config{Hashes: 2, Bucket: 3, Buckets: 100, Window: 5, ExcludeSelf: true, Min: -1, Seed: 4}, 6, 2, 40, 0.2, []int{97}, []int{1}, 1},
+		{Config{Hashes: 1, Bucket: 5, Min: -1}, 2, 2, 7, 0, []int{130, 129}, []int{130}, 3},
+		{Config{SharedQK: true, Hashes: 2, Bucket: 3, Buckets: 8, Window: 2, Min: -1}, 3, 3, 16, 0, []int{80, 45}, []int{9, 1, 2}, 0},
+	} {
+		l := mustNew(t, c.cfg)
+		dc := attn.DecodeConfig{B: len(c.lens), H: c.h, HKV: c.hkv, D: c.d, Scale: c.scale, Workers: c.workers, MaxLen: 200}
+		dec, err := l.NewDecoder(dc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []tokens
+		for _, n := range c.lens {
+			seqs = append(seqs, randomTokens(rng, c.h, c.hkv, c.d, n))
+		}
+		for pass := range 2 { // the second after Reset, in the memory of the first
+			outs, lses := decodeAll(t, dec, dc, seqs, c.steps)
+			for b, sq := range seqs {
+				if sq.n == 0 {
+					continue
+				}
+				s := attn.Shape{B: 1, H: c.h, HKV: c.hkv, N: sq.n, M: sq.n, D: c.d}
+				out, lse := forward(t, l, s, sq.q, sq.k, sq.v, attn.Options{Causal: true, Scale: c.scale})
+				if e := ref.RelErr(outs[b], widen(out)); e > 1e-5 || !slices.Equal(outs[b], out) || !slices.Equal(lses[b], lse) {
+					t.Fatalf("%+v pass %d sequence %d (%d tokens): decoding differs from causal Forward (out rel err %.3g)", c.cfg, pass, b, sq.n, e)
+				}
+			}
+			if dec.Bytes() <= 0 {
+				t.Errorf("Bytes() = %d", dec.Bytes())
+			}
+			dec.Reset()
+			for b := range seqs {
+				if dec.Len(b) != 0 {
+					t.Fatalf("Len(%d) = %d after Reset", b, dec.Len(b))
+				}
+			}
+		}
+	}
+}
+
+// The single-sequence Decoder follows the same rule: appending then
+// stepping each token gives causal Forward.
+func TestDecoderMatchesForward(t *testing.T) {
+	rng := testRNG(t, 41)
+	cfg := Config{Hashes: 2, Bucket: 4, Buckets: 10, Window: 3, Min: -1, Seed: 8}
+	const h, hkv, d, n = 4, 2, 19, 90
+	sq := randomTokens(rng, h, hkv, d, n)
+	dec, err := NewDecoder(cfg, h, hkv, d, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantLSE := forward(t, mustNew(t, cfg), attn.Shape{B: 1, H: h, HKV: hkv, N: n, M: n, D: d}, sq.q, sq.k, sq.v, attn.Options{Causal: true})
+	out, lse := make([]float32, h*d), make([]float32, h)
+	for i := range n {
+		if err := dec.Append(rows(sq.k, hkv, n, d, i, 1, 1), rows(sq.v, hkv, n, d, i, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := dec.Step(rows(sq.q, h, n, d, i, 1, 1), out, lse); err != nil {
+			t.Fatal(err)
+		}
+		for hd := range h {
+			if !slices.Equal(out[hd*d:][:d], want[(hd*n+i)*d:][:d]) || lse[hd] != wantLSE[hd*n+i] {
+				t.Fatalf("position %d head %d: the step differs from causal Forward", i, hd)
+			}
+		}
+	}
+}
+
+func TestBatchDecoderErrors(t *testing.T) {
+	l := mustNew(t, Config{Hashes: 2, Bucket: 4})
+	base := attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 8}
+	for _, c := range []struct {
+		name string
+		mod  func(*attn.DecodeConfig)
+		mech *LSH
+		want error
+	}{
+		{"bf16 storage", func(c *attn.DecodeConfig) { c.Storage = "bf16" }, nil, attn.ErrUnsupported},
+		{"i8 storage", func(c *attn.DecodeConfig) { c.Storage = "i8" }, nil, attn.ErrUnsupported},
+		{"StreamingLLM window", func(c *attn.DecodeConfig) { c.Window = 16 }, nil, attn.ErrUnsupported},
+		{"shared QK with GQA", func(*attn.DecodeConfig) {}, mustNew(t, Config{SharedQK: true}), attn.ErrUnsupported},
+		{"H not a multiple of Hkv", func(c *attn.DecodeConfig) { c.H = 3 }, nil, attn.ErrShape},
+		{"no sequences", func(c *attn.DecodeConfig) { c.B = 0 }, nil, attn.ErrShape},
+		{"NaN scale", func(c *attn.DecodeConfig) { c.Scale = float32(math.NaN()) }, nil, attn.ErrInput},
+	} {
+		cfg := base
+		c.mod(&cfg)
+		m := l
+		if c.mech != nil {
+			m = c.mech
+		}
+		if _, err := m.NewDecoder(cfg); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	for _, st := range []string{"", "f32"} {
+		cfg := base
+		cfg.Storage = st
+		if _, err := l.NewDecoder(cfg); err != nil {
+			t.Errorf("storage %q: %v", st, err)
+		}
+	}
+
+	cfg := base
+	cfg.MaxLen = 5
+	dec, err := l.NewDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(n int, valid []int) error {
+		q, kv := make([]float32, 2*4*n*8), make([]float32, 2*2*n*8)
+		return dec.Step(context.Background(), q, kv, kv, n, valid, make([]float32, len(q)), nil)
+	}
+	if err := step(4, []int{4, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(2, []int{2, 0}); !errors.Is(err, kvcache.ErrFull) {
+		t.Errorf("step past MaxLen: got %v, want kvcache.ErrFull", err)
+	}
+	if dec.Len(0) != 4 || dec.Len(1) != 1 {
+		t.Errorf("a failed step changed the lengths to %d and %d", dec.Len(0), dec.Len(1))
+	}
+	if err := step(1, []int{1, 3}); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("valid count above n: got %v, want ErrInput", err)
+	}
+	if err := step(0, nil); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("empty step: got %v, want ErrInput", err)
+	}
+	if err := dec.Step(context.Background(), make([]float32, 8), make([]float32, 32), make([]float32, 32), 1, nil, make([]float32, 64), nil); !errors.Is(err, attn.ErrShape) {
+		t.Errorf("short q: got %v, want ErrShape", err)
+	}
+	if err := step(1, nil); err != nil {
+		t.Errorf("a step to exactly MaxLen: %v", err)
+	}
+}
+
+// At the documented maxima of Config and of the sizes, the decoders return
+// an error instead of allocating what they cannot: these calls would ask
+// for gigabytes to terabytes.
+func TestDecoderSizesAtMaxima(t *testing.T) {
+	huge := Config{Hashes: MaxHashes, Buckets: MaxBuckets, Bucket: MaxBucket, Window: MaxWindow}
+	for _, c := range []struct {
+		cfg       Config
+		h, hkv, d int
+	}{
+		{huge, 8, 8, 64},
+		{huge, 1, 1, 1},
+		{Config{}, maxIndex, maxIndex, 64},
+		{Config{}, 8, 8, maxIndex},
+		{Config{Buckets: MaxBuckets}, 1 << 20, 1 << 20, 64},
+	} {
+		if _, err := NewDecoder(c.cfg, c.h, c.hkv, c.d, 0); !errors.Is(err, attn.ErrUnsupported) {
+			t.Errorf("NewDecoder(%+v, %d, %d, %d): got %v, want ErrUnsupported", c.cfg, c.h, c.hkv, c.d, err)
+		}
+	}
+	l := mustNew(t, huge)
+	for _, dc := range []attn.DecodeConfig{
+		{B: 1, H: 8, HKV: 8, D: 64},
+		{B: 1 << 30, H: 8, HKV: 8, D: 64},
+	} {
+		if _, err := l.NewDecoder(dc); !errors.Is(err, attn.ErrUnsupported) {
+			t.Errorf("NewDecoder(%+v) at the Config maxima: got %v, want ErrUnsupported", dc, err)
+		}
+	}
+	if _, err := mustNew(t, Config{}).NewDecoder(attn.DecodeConfig{B: 1 << 24, H: 64, HKV: 64, D: 64, MaxLen: 1 << 32}); !errors.Is(err, attn.ErrUnsupported) {
+		t.Errorf("2^24 sequences of 64 kv heads: got %v, want ErrUnsupported", err)
+	}
+	if _, err := NewDecoder(Config{Hashes: 8, Buckets: 1024}, 8, 8, 64, 0); err != nil {
+		t.Errorf("a decoder of 64k bucket lists: %v", err)
 	}
 }

@@ -5,7 +5,8 @@
 //
 // # Algorithm
 //
-// Per hash round r (Config.Hashes rounds, default 4):
+// Without the causal mask, per hash round r (Config.Hashes rounds,
+// default 4):
 //
 //  1. Angular LSH with a random rotation: bucket(x) = argmax([x·R; −x·R])
 //     for a D×(b/2) Gaussian matrix R, giving one of b buckets. Bucket
@@ -20,10 +21,8 @@
 //     in the paper) a query lands exactly at its own key, so this is the
 //     paper's scheme; with separate Q and K it is its natural extension.
 //     The first chunk has no previous chunk (no wrap-around).
-//  4. Inside a window the causal mask applies by original position
-//     (bottom-right aligned as in package attn), and under the self rule
-//     (Config.ExcludeSelf, always on with shared QK) a query skips the key
-//     at its own position.
+//  4. Under the self rule (Config.ExcludeSelf, always on with shared QK)
+//     a query skips the key at its own position.
 //
 // A (query, key) pair that lies in the windows of c rounds has log c
 // subtracted from its logit in each, as the paper does, so it counts once.
@@ -40,16 +39,39 @@
 // are placed among the same sorted keys of their kv head; K and V are not
 // copied per query head.
 //
-// # Causal mode and later tokens
+// # The causal rule
 //
-// No key after position t contributes to the output at t: changing V (or
-// anything else) at positions after t never reaches it through a value or
-// a logit. But the choice of keys does depend on later tokens: every valid
-// key, later ones included, is sorted into the chunks, so a later key that
-// hashes to the same bucket takes a slot and moves the chunk boundaries,
-// which changes which earlier keys share a query's window. Outputs up to t
-// are therefore a function of all keys K (their hashes), and of values only
-// up to t. The Decoder has no such dependence: a step sees only the cache.
+// Sorting every key into chunks makes the output at t depend on later
+// keys: a later key that hashes to the same bucket takes a slot and moves
+// the chunk boundaries, and the default bucket count ceil(M/Bucket) moves
+// with the length. Under the causal mask Forward therefore follows the
+// causal rule instead, which the decoders follow too. A query at position
+// p that may see the keys [0, vis) (vis = p+1, or less under KVLen)
+// attends to the union of:
+//
+//   - its window: the Config.Window latest of those keys (default Bucket),
+//     p itself included;
+//   - per round, the 2·Bucket latest of those keys hashed to the query's
+//     bucket, out of Config.Buckets buckets (default DefaultCausalBuckets,
+//     whatever the length);
+//
+// each key once, exact softmax attention over that set (lse its
+// log-sum-exp), under the self rule when set. A key's buckets depend on
+// that key alone (each vector is hashed by a one-row product, so its
+// rounding does not depend on the rows hashed with it) and the set holds
+// no key after p, so the output at p is a function of the inputs at
+// positions <= p only: changing or adding later tokens, or evaluating a
+// sequence in a longer pass, leaves it bit for bit as it was. Each row is
+// computed on its own, through one kernel, in one order of its keys;
+// decoding a sequence in any chunks therefore gives what causal Forward
+// gives, bit for bit. A step costs O(H·(Hashes·2·Bucket + Window)·D)
+// whatever the length.
+//
+// Config.NonStrictCausal brings back the sorted chunks under the causal
+// mask (the causal mask is then applied inside the windows). No key after
+// t reaches the output at t through a value or a logit, but it is not
+// prefix-safe: which earlier keys a query sees depends on later keys and
+// on M.
 //
 // # Randomness
 //
@@ -58,45 +80,63 @@
 // factor f of the bucket count, a D×(f/2) matrix of standard normal
 // numbers, in row-major order. The same rotations serve every batch row
 // and head. They depend only on the seed, Hashes, D and the bucket count
-// (ceil(M/Bucket) by default), so equal calls give identical outputs,
-// whatever Options.Workers is. NewDecoder draws the same way once.
+// (ceil(M/Bucket) by default without the causal mask, DefaultCausalBuckets
+// with it), so equal calls give identical outputs, whatever
+// Options.Workers is. The decoders draw the same way once, as causal
+// Forward does.
 //
 // # Exact fallback
 //
-// When N or M is below Config.Min (default 2048 without the causal mask,
-// 4096 with it, about where 4 rounds of 64-key chunks overtake the exact
-// kernel on 2 AVX2 cores), Forward computes exact attention with the
-// fused kernel of package flash instead; under the self rule it computes
-// exact attention minus each query's own key (one round, one chunk). A
-// negative Min never falls back. Forward with N = 1 against a long cache
-// thus falls back too: use the Decoder to decode with LSH.
+// When N or M is below Config.Min (default DefaultMin = 2048 without the
+// causal mask, about where 4 rounds of 64-key chunks overtake the exact
+// kernel, and DefaultMinCausal = 4096 with it, where exact attention does
+// half the work), Forward computes exact
+// attention with the fused kernel of package flash instead; under the
+// self rule it computes exact attention minus each query's own key (one
+// round, one chunk). A negative Min never falls back. LSH.Fallback says
+// whether and why a call falls back. Forward with N = 1 against a long
+// cache thus falls back too: use a decoder to decode with LSH. The
+// decoders never fall back, so they give causal Forward's results for
+// lengths at or above Min (or with a negative Min); below it Forward is
+// exact and they are not.
 //
 // # Decoding
 //
-// A Decoder keeps one sequence's keys and values with each key's bucket in
-// every round, filed per bucket. Step attends the newest token's query to
-// the union of: per round, the 2·Bucket most recent keys of its bucket,
-// and the Window most recent keys, each key once, under the self rule when
-// set. Its cost, O(H·(Hashes·2·Bucket + Window)·D), does not depend on the
-// cache length; Append costs O(Hkv·Hashes·D·Σf/2) per token.
+// LSH.NewDecoder returns the attn.Decoder of a batch of sequences
+// (BatchDecoder: ragged lengths, prompts in chunks); NewDecoder returns
+// the older single-sequence Decoder. Both keep each sequence's keys and
+// values in float32 with every key filed under its bucket in every round,
+// and attend each new position by the causal rule. Appending costs
+// O(Hkv·Hashes·D·Σf/2) per token for the hashing.
 //
 // # Cost
 //
-// Hashing costs (B·H·N + B·Hkv·M)·D·Hashes·Σf/2 multiply-adds (Σf/2 is 32
-// at 64 buckets, and grows as the square root of larger counts); sorting
-// is a counting sort, O(M + N·log Bucket) per round and head; attention
-// costs about 4·Hashes·B·H·N·2·Bucket·D flops, linear in the length, plus
-// gathering each key once per round. Extra memory is O(Hashes·(N·H/Hkv +
-// M)) indices per (batch row, kv head) being worked on, per worker
-// O(128·(D + 2·Bucket)) floats, and with shared QK a normalised copy of Q. Work is shared out by (batch row, kv head),
-// or by runs of chunks, one round at a time, when there are too few heads
-// for the workers.
+// Without the causal mask, hashing costs (B·H·N + B·Hkv·M)·D·Hashes·Σf/2
+// multiply-adds (Σf/2 is 32 at 64 buckets, and grows as the square root
+// of larger counts); sorting is a counting sort, O(M + N·log Bucket) per
+// round and head; attention costs about 4·Hashes·B·H·N·2·Bucket·D flops,
+// linear in the length, plus gathering each key once per round. Extra
+// memory is O(Hashes·(N·H/Hkv + M)) indices per (batch row, kv head)
+// being worked on, per worker O(128·(D + 2·Bucket)) floats, and with
+// shared QK a normalised copy of Q. Work is shared out by (batch row, kv
+// head), or by runs of chunks, one round at a time, when there are too
+// few heads for the workers.
+//
+// Under the causal rule hashing costs the same; each query row then
+// gathers at most Hashes·2·Bucket + Window keys and attends to them one
+// row at a time, about 4·(Hashes·2·Bucket + Window)·D flops a row, with
+// no matrix products shared between rows: the price of every row being
+// independent of the others. Extra memory is 2·Hashes·M indices per
+// (batch row, kv head) and per worker O(M) stamps.
 //
 // # Errors
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or
 // attn.ErrInput, out-of-range Config fields attn.ErrInput, and shared QK
-// with N ≠ M or H ≠ Hkv (or lengths beyond 2^31-1) attn.ErrUnsupported. A
+// with N ≠ M or H ≠ Hkv, lengths beyond 2^31-1, or rotations and decoder
+// tables beyond MaxRotationFloats and MaxDecodeLists (checked before
+// anything is allocated) attn.ErrUnsupported. A decoder step past
+// DecodeConfig.MaxLen wraps kvcache.ErrFull and appends nothing. A
 // cancelled context stops the work and returns its error. NaN in the
 // inputs propagates to the rows it reaches, as in package flash; it never
 // causes a panic.

@@ -96,3 +96,36 @@ func ExampleDecoder() {
 	// tokens in the cache: 1003
 	// finite lse: true
 }
+
+// The attn.Decoder of Reformer attention: a prompt in one chunk, then a
+// token a step, for two sequences of different lengths. Its outputs are
+// those of causal Forward over the same tokens.
+func ExampleLSH_NewDecoder() {
+	const h, hkv, d = 4, 2, 32
+	rng := rand.New(rand.NewPCG(7, 8))
+	lsh, err := reformer.New(reformer.Config{Hashes: 2, Bucket: 16, Min: -1})
+	if err != nil {
+		panic(err)
+	}
+	dec, err := lsh.NewDecoder(attn.DecodeConfig{B: 2, H: h, HKV: hkv, D: d, MaxLen: 4096})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	// Prompts of 300 and 120 tokens: the second sequence's last 180
+	// positions of the chunk are padding.
+	const n = 300
+	out := make([]float32, 2*h*n*d)
+	if err := dec.Step(ctx, ref.Normal(rng, 2*h*n*d), ref.Normal(rng, 2*hkv*n*d), ref.Normal(rng, 2*hkv*n*d), n, []int{300, 120}, out, nil); err != nil {
+		panic(err)
+	}
+	for range 5 {
+		out := make([]float32, 2*h*d)
+		if err := dec.Step(ctx, ref.Normal(rng, 2*h*d), ref.Normal(rng, 2*hkv*d), ref.Normal(rng, 2*hkv*d), 1, nil, out, nil); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("lengths:", dec.Len(0), dec.Len(1))
+	// Output:
+	// lengths: 305 125
+}

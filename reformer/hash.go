@@ -110,6 +110,27 @@ func (h *hasher) hash(x []float32, n, ldx int, proj []float32, dst []int32) {
 	}
 }
 
+// hashRow writes the bucket of the vector x[:d] in each round to
+// dst[:rounds]. proj is scratch of h.ld floats (h.rowScratch). The
+// projections are a one-row product, so a vector gets the same buckets
+// whichever call hashes it, alone or among others: hash's products of
+// many rows may round a row's projections differently depending on the
+// rows blocked with it, which the causal rule, whose decoders hash one
+// token at a time, cannot allow.
+func (h *hasher) hashRow(x, proj []float32, dst []int32) {
+	if h.cols == 0 {
+		clear(dst[:h.rounds])
+		return
+	}
+	simd.Gemm(1, h.ld, h.d, x, h.d, h.rot, h.ld, proj, h.ld, false)
+	for r := range h.rounds {
+		dst[r] = h.bucket(proj[r*h.cols:][:h.cols])
+	}
+}
+
+// rowScratch returns the projection buffer hashRow needs.
+func (h *hasher) rowScratch() []float32 { return make([]float32, h.ld) }
+
 // bucket combines the argmax digits of one round's projections p.
 func (h *hasher) bucket(p []float32) int32 {
 	b := 0

@@ -14,19 +14,31 @@ import (
 	"github.com/attnkit/attn/internal/simd"
 )
 
-// Defaults of the Config fields.
+// Defaults of the Config fields, exported so that front ends (the
+// registry's parameters) can show them.
 const (
+	// DefaultHashes is Config.Hashes when it is 0.
 	DefaultHashes = 4
+	// DefaultBucket is Config.Bucket when it is 0; Config.Window defaults
+	// to Bucket.
 	DefaultBucket = 64
-	// DefaultMin is the length below which Forward computes exact
-	// attention without the causal mask (twice it with the mask): about
-	// where 4 rounds of 64-key chunks overtake the exact kernel (see the
-	// package documentation).
+	// DefaultMin is Config.Min when it is 0, without the causal mask: the
+	// length below which Forward computes exact attention, about where 4
+	// rounds of 64-key chunks overtake the exact kernel (see the package
+	// documentation).
 	DefaultMin = 2048
-	// DefaultDecodeBuckets is the Decoder's bucket count when
-	// Config.Buckets is 0: a decoder cannot size it from a length it does
-	// not know yet.
-	DefaultDecodeBuckets = 64
+	// DefaultMinCausal is Config.Min when it is 0, under the causal mask,
+	// where exact attention does half the work.
+	DefaultMinCausal = 2 * DefaultMin
+	// DefaultCausalBuckets is the bucket count of the causal rule (causal
+	// Forward and the decoders) when Config.Buckets is 0. Without the
+	// mask the default is ceil(M/Bucket) instead, which the causal rule
+	// cannot use: a count that depends on the length would make the
+	// output at a position depend on how long the pass is, and a decoder
+	// does not know the length yet.
+	DefaultCausalBuckets = 64
+	// DefaultDecodeBuckets is DefaultCausalBuckets, under its older name.
+	DefaultDecodeBuckets = DefaultCausalBuckets
 )
 
 // Limits on the Config fields; larger values are rejected with
@@ -38,44 +50,67 @@ const (
 	MaxWindow  = 1 << 20
 )
 
+// Limits on what a call or a decoder allocates up front, checked before
+// anything is allocated (attn.ErrUnsupported beyond them): the random
+// rotations (D × Hashes·Σf/2 floats, about D·Hashes·sqrt(Buckets) for
+// large counts) and a decoder's bucket lists (B·Hkv·Hashes·buckets of
+// them).
+const (
+	MaxRotationFloats = 1 << 26
+	MaxDecodeLists    = 1 << 22
+)
+
 // Config sets up Reformer attention. The zero value uses the defaults.
 type Config struct {
 	// Hashes is the number of hash rounds (default DefaultHashes = 4).
 	// The rounds' results are merged by log-sum-exp, so more rounds see
 	// more keys: cost and accuracy grow with it.
 	Hashes int
-	// Bucket is the chunk size in keys (default DefaultBucket = 64): after
-	// sorting the keys by (bucket, position), each query attends to the
-	// chunk it falls in and the one before, at most 2·Bucket keys per
-	// round.
+	// Bucket is the chunk size in keys (default DefaultBucket = 64).
+	// Without the causal mask, after sorting the keys by (bucket,
+	// position), each query attends to the chunk it falls in and the one
+	// before, at most 2·Bucket keys per round. Under the causal rule a
+	// query attends per round to the 2·Bucket latest keys of its bucket
+	// that it may see.
 	Bucket int
 	// Buckets is the number of hash buckets per round. 0 picks
-	// ceil(M/Bucket), so that a bucket holds about one chunk (for the
-	// Decoder, 0 means DefaultDecodeBuckets). 1 puts every key in one
-	// bucket. Counts up to 64 are rounded up to even and hashed with one
-	// rotation; larger ones become two even factors f1·f2 >= Buckets,
-	// each with its own rotation, as trax does.
+	// ceil(M/Bucket) without the causal mask, so that a bucket holds about
+	// one chunk, and DefaultCausalBuckets under the causal rule. 1 puts
+	// every key in one bucket. Counts up to 64 are rounded up to even and
+	// hashed with one rotation; larger ones become two even factors
+	// f1·f2 >= Buckets, each with its own rotation, as trax does.
 	Buckets int
 	// Min is the length below which Forward computes exact attention
 	// instead: when N < Min or M < Min. 0 means DefaultMin without the
-	// causal mask and 2·DefaultMin with it (exact causal attention does
-	// half the work); a negative Min never falls back (the command line's
-	// min=0).
+	// causal mask and DefaultMinCausal with it; a negative Min never falls
+	// back (the command line's min=0). Fallback says whether a call falls
+	// back. The decoders never do.
 	Min int
 	// SharedQK uses the paper's shared query-key space: the keys are the
 	// queries normalised to unit length and the k argument of Forward is
 	// not read (it must still have the length of K). It needs N == M and
-	// H == Hkv, and it implies ExcludeSelf. With SharedQK the Decoder's
-	// Append takes each token's query in place of its key.
+	// H == Hkv, and it implies ExcludeSelf. With SharedQK the decoders
+	// take each token's query in place of its key.
 	SharedQK bool
 	// ExcludeSelf applies the paper's self rule: a query attends to the
 	// key at its own position only when it sees no other key in any
 	// round. It is always in effect with SharedQK, where q·k_self is the
 	// largest logit a query can have.
 	ExcludeSelf bool
-	// Window is used by the Decoder only: a decoding step always attends
-	// to the Window most recent keys (default Bucket).
+	// Window is part of the causal rule (causal Forward and the
+	// decoders): a query always attends to the Window latest keys it may
+	// see, itself included (default Bucket). Without the mask it is not
+	// used.
 	Window int
+	// NonStrictCausal makes causal Forward sort every key into chunks as
+	// without the mask (the paper's scheme, with the causal mask applied
+	// inside the windows) instead of the causal rule. It is NOT
+	// prefix-safe: no key after position t reaches the output at t, but
+	// later keys take places in the chunks and change which earlier keys
+	// a query sees, and the default bucket count depends on M, so outputs
+	// at t change when later tokens or the length do. The decoders do not
+	// follow it.
+	NonStrictCausal bool
 	// Seed seeds the random rotations (see the package documentation for
 	// what is drawn and when).
 	Seed uint64
@@ -118,16 +153,40 @@ func (cfg Config) resolve() (Config, error) {
 }
 
 // minFor returns the fallback length in effect: Min, or by default
-// DefaultMin, doubled under the causal mask, where exact attention does
-// half the work.
+// DefaultMin, DefaultMinCausal under the causal mask.
 func (cfg Config) minFor(causal bool) int {
 	switch {
 	case cfg.Min != 0:
 		return cfg.Min
 	case causal:
-		return 2 * DefaultMin
+		return DefaultMinCausal
 	}
 	return DefaultMin
+}
+
+// causalBuckets is the bucket count of the causal rule.
+func (cfg Config) causalBuckets() int {
+	if cfg.Buckets == 0 {
+		return DefaultCausalBuckets
+	}
+	return cfg.Buckets
+}
+
+// checkRotation rejects rotations too large to allocate.
+func checkRotation(rounds, d int, factors []int) error {
+	cols := 0
+	for _, f := range factors {
+		cols += f / 2
+	}
+	if cols == 0 {
+		return nil
+	}
+	ld := (rounds*cols + simd.Panel - 1) / simd.Panel * simd.Panel
+	if d > MaxRotationFloats/ld {
+		return fmt.Errorf("%w: reformer: rotations of D·Hashes·Σf/2 = %d·%d floats exceed %d; use fewer hashes or buckets",
+			attn.ErrUnsupported, d, ld, MaxRotationFloats)
+	}
+	return nil
 }
 
 // LSH is Reformer's LSH attention. It implements attn.Mechanism under the
@@ -150,8 +209,9 @@ func New(cfg Config) (*LSH, error) {
 // Name returns "reformer".
 func (*LSH) Name() string { return "reformer" }
 
-// Config returns the settings in effect, defaults filled in, except Min,
-// which stays 0 when it was: its default depends on the causal mask.
+// Config returns the settings in effect, defaults filled in, except Min
+// and Buckets, which stay 0 when they were: their defaults depend on the
+// causal mask (and Buckets' on M).
 func (l *LSH) Config() Config { return l.cfg }
 
 // maxIndex bounds M and the rows of a GQA group, which are stored as
@@ -173,26 +233,39 @@ func (l *LSH) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o at
 	if s.M > maxIndex || s.Group()*s.N > maxIndex {
 		return fmt.Errorf("%w: reformer: M = %d or H/Hkv·N = %d exceeds 2^31-1", attn.ErrUnsupported, s.M, s.Group()*s.N)
 	}
+	exact := l.falls(s, o)
+	causalRule := o.Causal && !cfg.NonStrictCausal && !exact
+	var factors []int
+	switch {
+	case causalRule:
+		factors = bucketFactors(cfg.causalBuckets())
+	case !exact:
+		t := cfg.Buckets
+		if t == 0 {
+			t = (s.M + cfg.Bucket - 1) / cfg.Bucket
+		}
+		factors = bucketFactors(t)
+	}
+	if err := checkRotation(cfg.Hashes, s.D, factors); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if exact && !cfg.ExcludeSelf {
+		return l.exact.Forward(ctx, s, q, k, v, o, out, lse)
 	}
 	if cfg.SharedQK {
 		k = normalizedRows(q, s.D)
 	}
-	rounds, bucket, factors := cfg.Hashes, cfg.Bucket, []int(nil)
-	if below := cfg.minFor(o.Causal); below > 0 && (s.N < below || s.M < below) {
-		if !cfg.ExcludeSelf {
-			return l.exact.Forward(ctx, s, q, k, v, o, out, lse)
-		}
+	if causalRule {
+		return l.causalForward(ctx, s, q, k, v, o, factors, out, lse)
+	}
+	rounds, bucket := cfg.Hashes, cfg.Bucket
+	if exact {
 		// Exact attention under the self rule: one round, one chunk
 		// holding every key.
 		rounds, bucket = 1, s.M
-	} else {
-		t := cfg.Buckets
-		if t == 0 {
-			t = (s.M + bucket - 1) / bucket
-		}
-		factors = bucketFactors(t)
 	}
 	p := &plan{
 		s: s, o: o, q: q, k: k, v: v, out: out, lse: lse,
@@ -206,22 +279,41 @@ func (l *LSH) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o at
 	return p.run(ctx)
 }
 
+// falls reports whether Forward computes exact attention for shape s
+// under o.
+func (l *LSH) falls(s attn.Shape, o attn.Options) bool {
+	below := l.cfg.minFor(o.Causal)
+	return below > 0 && (s.N < below || s.M < below)
+}
+
+// Fallback implements attn.Fallbacker: it returns why Forward computes
+// exact attention (without each query's own key under the self rule)
+// instead of LSH attention for a call of shape s under o, or "" when it
+// does not. Forward falls back when N or M is below Config.Min.
+func (l *LSH) Fallback(s attn.Shape, o attn.Options) string {
+	if !l.falls(s, o) {
+		return ""
+	}
+	what := "exact attention"
+	if l.cfg.ExcludeSelf {
+		what = "exact attention without each query's own key"
+	}
+	mask := "without the causal mask"
+	if o.Causal {
+		mask = "under the causal mask"
+	}
+	if l.cfg.Min == 0 {
+		mask += ", the default"
+	}
+	return fmt.Sprintf("reformer: N = %d or M = %d is below min = %d (%s): %s", s.N, s.M, l.cfg.minFor(o.Causal), mask, what)
+}
+
 // normalizedRows returns the rows of x (each d long) scaled to unit length;
 // a zero row stays zero.
 func normalizedRows(x []float32, d int) []float32 {
 	y := make([]float32, len(x))
 	for i := 0; i < len(x); i += d {
-		var ss float64
-		for _, v := range x[i : i+d] {
-			ss += float64(v) * float64(v)
-		}
-		if ss == 0 {
-			continue
-		}
-		inv := float32(1 / math.Sqrt(ss))
-		for c, v := range x[i : i+d] {
-			y[i+c] = v * inv
-		}
+		normalizeRow(y[i:i+d], x[i:i+d])
 	}
 	return y
 }
