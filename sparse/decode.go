@@ -236,10 +236,15 @@ func (d *decoder) Reset() {
 	}
 }
 
-// Step implements attn.Decoder.
+// Step implements attn.Decoder. Bad arguments and MaxLen are checked
+// before anything is appended; a ctx cancelled during the step may leave
+// some of its positions appended.
 func (d *decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []int, out, lse []float32) error {
 	cfg := d.cfg
 	if err := cfg.CheckStep(q, k, v, n, valid, out, lse); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	count := func(b int) int {
