@@ -305,7 +305,17 @@ func (l *LSH) Fallback(s attn.Shape, o attn.Options) string {
 	if l.cfg.Min == 0 {
 		mask += ", the default"
 	}
-	return fmt.Sprintf("reformer: N = %d or M = %d is below min = %d (%s): %s", s.N, s.M, l.cfg.minFor(o.Causal), mask, what)
+	below := l.cfg.minFor(o.Causal)
+	var short string
+	switch {
+	case s.N < below && s.M < below:
+		short = fmt.Sprintf("N = %d and M = %d are", s.N, s.M)
+	case s.N < below:
+		short = fmt.Sprintf("N = %d is", s.N)
+	default:
+		short = fmt.Sprintf("M = %d is", s.M)
+	}
+	return fmt.Sprintf("reformer: %s below min = %d (%s): %s", short, below, mask, what)
 }
 
 // normalizedRows returns the rows of x (each d long) scaled to unit length;
