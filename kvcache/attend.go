@@ -152,12 +152,12 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	g := s.Group()
 	procs := runtime.GOMAXPROCS(0)
 	workers := o.WorkerCount(procs, s.B*s.HKV*held)
-	// Spans of rows: enough for every worker to stay busy, few enough
-	// that merging partial results costs nothing next to the reads.
-	spans := max(1, min((4*workers+s.B*s.HKV-1)/(s.B*s.HKV), held/(4*decodeBlock)))
-	spanLen := (held + spans - 1) / spans
-	spanLen = (spanLen + decodeBlock - 1) / decodeBlock * decodeBlock
-	spans = (held + spanLen - 1) / spanLen
+	// Spans of rows: enough for many workers to stay busy, few enough
+	// that merging partial results costs nothing next to the reads. They
+	// depend on the held length only, never on the worker count, so
+	// that the rounding of the merge, and the output, do not either.
+	spanLen := min(16*decodeBlock, max(decodeBlock, (held/16+decodeBlock-1)/decodeBlock*decodeBlock))
+	spans := (held + spanLen - 1) / spanLen
 	items := s.B * s.HKV * spans
 
 	partOut := make([]float32, items*g*s.D)
