@@ -75,8 +75,11 @@ func New(w *Weights, o Options) (*Model, error) {
 		m.workers = runtime.GOMAXPROCS(0)
 	}
 	for l := range m.mechs {
-		m.mechs[l] = m.exact
-		m.labels[l] = "exact"
+		mech, err := registry.New("exact", nil, o.Seed+uint64(l))
+		if err != nil {
+			return nil, err
+		}
+		m.mechs[l], m.labels[l] = mech, "exact"
 	}
 	if a := cfg.Attention; a != "" && a != "exact" {
 		// The model's own attention: every layer a patch does not name.
