@@ -98,6 +98,54 @@
 //     than an eighth of the keys are taken); value-norm samples then draw
 //     Samples more positions, with replacement, from the same stream.
 //
+// # Decoding
+//
+// NewDecoder returns the incremental form, with a rule of its own (Forward
+// works on whole blocks of queries; a decoded query comes alone). With W =
+// max(Block, 1), the query at position p of a sequence sees positions
+// [0, p] and
+//
+//   - attends exactly to the recent positions [p+1-W, p], its own among
+//     them;
+//   - sorts the n = p+1-W older keys stably by bucket and attends exactly
+//     to the m = min(Block, n) of them whose ranks are centred on the
+//     middle of its own bucket's run (ranks [c - m/2, c - m/2 + m), c the
+//     rank of the middle of the run, or of the place it would take,
+//     clamped into [0, n)): its sortLSH neighbourhood;
+//   - draws min(Samples, n) distinct ranks uniformly from [0, n), from
+//     PCG(Seed, s) with s a SplitMix64 hash of the key/value head and p
+//     (the same for every query head of the group, and for the sequence
+//     whatever its batch), leaves out those in its neighbourhood, and
+//     weights the k kept by (n-m)/k: given k, they are a uniform sample
+//     of the n-m other older keys, so the weighted sum of their
+//     exponentiated logits is an unbiased estimate of the normaliser over
+//     those keys, and likewise of its product with their values;
+//   - merges the three by their log-sum-exp: the output is the ratio of
+//     the estimated numerator to the estimated normaliser, the lse the log
+//     of the latter.
+//
+// Below Min visible positions (p+1 < Min) the query attends exactly to all
+// of them, as Forward is exact below Min. The rule is exact whenever the
+// recent positions, the neighbourhood and the samples together take every
+// position: up to W + max(Block, Samples) positions. Otherwise the error
+// is that of the sampled part: its normaliser is unbiased, with a standard
+// deviation of about (n-m)/sqrt(k)·sd(e^{logit}) over the other older keys
+// (less by the finite-population factor sqrt(1 - k/(n-m))), and the output
+// being a ratio of two such estimates is biased by O(1/k); both vanish
+// when the large logits are among the recent keys and the neighbourhood,
+// which is what the sortLSH neighbourhood is for.
+//
+// A step reads W + min(Samples, n) key rows per key/value head and m per
+// query head, however long the sequence, plus the index: per sequence and
+// key/value head, a Fenwick tree of the counts of the older keys per
+// bucket and a list of positions per bucket, updated in O(Projs) as each
+// key leaves the recent positions, which find the neighbourhood and map
+// sample ranks to positions in O(Projs) per bucket visited or sample. The
+// decoder keeps every key and value (float32) and 2^Projs counts and lists
+// per sequence and key/value head (Projs at most MaxDecodeProjs). Prompt
+// chunks (n > 1) are computed position by position, in parallel over the
+// sequences and key/value heads.
+//
 // # Cost
 //
 // Without a causal mask, about 4·N·(Block+Samples)·D flops per query head

@@ -728,22 +728,42 @@ type worker struct {
 	whole                  []bool    // the block's samples are all of the rest
 	sorted                 []uint32  // buckets of the sorted keys
 	block, start, next     []int32   // key block of each query row; counting sort
-	pick, perm             []int32   // sampled positions
-	seen                   map[int32]struct{}
-	pcg                    *rand.PCG
-	rng                    *rand.Rand
+	chooser
 }
 
-func newWorker() *worker {
-	w := &worker{pcg: rand.NewPCG(0, 0), seen: map[int32]struct{}{}}
-	w.rng = rand.New(w.pcg)
-	return w
+func newWorker() *worker { return &worker{chooser: newChooser()} }
+
+// chooser draws sampled positions.
+type chooser struct {
+	pick, perm []int32
+	seen       map[int32]struct{}
+	pcg        *rand.PCG
+	rng        *rand.Rand
+}
+
+func newChooser() chooser {
+	pcg := rand.NewPCG(0, 0)
+	return chooser{pcg: pcg, rng: rand.New(pcg), seen: map[int32]struct{}{}}
+}
+
+// picks returns the sample ranks of a decoded query at position p of
+// key/value head kvh: ns distinct ranks of [0, nk) by choose, from
+// PCG(seed, s) with s a SplitMix64 hash of kvh and p. The batch row is
+// left out, so that a sequence gets the same samples whichever batch it
+// is decoded in.
+func (ch *chooser) picks(seed uint64, kvh, p, nk, ns int) []int32 {
+	h := uint64(0x452821e638d01377)
+	for _, x := range []int{kvh, p} {
+		h = mix64(h ^ uint64(x))
+	}
+	ch.pcg.Seed(seed, h)
+	return ch.choose(nk, ns)
 }
 
 // choose returns k distinct integers from [0, n), every k-subset equally
 // likely, in the order drawn: all of them when k >= n, else a partial
 // Fisher–Yates shuffle when k is a large part of n, else Floyd's algorithm.
-func (w *worker) choose(n, k int) []int32 {
+func (w *chooser) choose(n, k int) []int32 {
 	pick := w.pick[:0]
 	switch {
 	case k >= n:
