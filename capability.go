@@ -2,9 +2,14 @@ package attn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 )
+
+// ErrFull is wrapped by the error of a decoder step (or a cache append)
+// past DecodeConfig.MaxLen: the context is full.
+var ErrFull = errors.New("attn: context full")
 
 // DecodeConfig describes the batch of sequences a Decoder holds.
 type DecodeConfig struct {

@@ -1,7 +1,6 @@
 package kvcache
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -60,7 +59,8 @@ func ParseDType(s string) (DType, error) {
 }
 
 // ErrFull is wrapped by the error of an append past Config.MaxLen.
-var ErrFull = errors.New("kvcache: full")
+// It is attn.ErrFull, so that callers test one error for every decoder.
+var ErrFull = attn.ErrFull
 
 // Config describes a cache. B, HKV and D are required.
 type Config struct {

@@ -115,7 +115,7 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 	if cfg.MaxLen > 0 {
 		for b := range cfg.B {
 			if l := d.st.Len(b); count(b) > cfg.MaxLen-l {
-				return fmt.Errorf("%w: linear: sequence %d: %d + %d positions exceed MaxLen = %d", attn.ErrInput, b, l, count(b), cfg.MaxLen)
+				return fmt.Errorf("%w: linear: sequence %d: %d + %d positions exceed MaxLen = %d", attn.ErrFull, b, l, count(b), cfg.MaxLen)
 			}
 		}
 	}

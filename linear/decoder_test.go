@@ -291,7 +291,7 @@ func TestDecoderErrors(t *testing.T) {
 	}
 	// Sequence 0 holds 3 of at most 5: 3 more is past MaxLen, and the
 	// failed step appends nothing to either sequence.
-	if err := dec.Step(ctx, x, kv, kv, 3, nil, out, nil); !errors.Is(err, attn.ErrInput) {
+	if err := dec.Step(ctx, x, kv, kv, 3, nil, out, nil); !errors.Is(err, attn.ErrFull) {
 		t.Errorf("past MaxLen: %v", err)
 	}
 	if dec.Len(0) != 3 || dec.Len(1) != 1 {
