@@ -79,9 +79,11 @@ var entries = []Entry{
 		Summary: "sliding window: keys [p-left, p+right], every dilation-th (package sparse)",
 		Params: append(windowParams(),
 			intParam("dilation", defaultDilation, 1, maxLen, "step between visible keys")),
-		Causal: true,
-		Sweeps: []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
-		Scaled: windowBudget,
+		Sweeps:   []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
+		Scaled:   windowBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			left, right, err := windowSides(p)
 			if err != nil {
@@ -116,9 +118,11 @@ var entries = []Entry{
 				},
 			},
 		},
-		Causal: true,
-		Sweeps: []Sweep{{Params: []string{"stride"}, Values: pow2(16, 256), Unit: "tokens"}},
-		Scaled: stridedBudget,
+		Sweeps:   []Sweep{{Params: []string{"stride"}, Values: pow2(16, 256), Unit: "tokens"}},
+		Scaled:   stridedBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			mode, err := p.String("mode")
 			if err != nil {
@@ -146,9 +150,11 @@ var entries = []Entry{
 		Summary: "Longformer: sliding window plus global tokens (package sparse)",
 		Params: append(windowParams(),
 			intsParam("globals", defaultLongformerGlobals, 0, maxLen, "comma-separated global token positions, each below M (empty: none)")),
-		Causal: true,
-		Sweeps: []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
-		Scaled: longformerBudget,
+		Sweeps:   []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
+		Scaled:   longformerBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			left, right, err := windowSides(p)
 			if err != nil {
@@ -176,12 +182,14 @@ var entries = []Entry{
 			intParam("globals", defaultBigBirdGlobals, 0, maxLen, "leading global blocks: they see and are seen by all"),
 			intParam("random", defaultBigBirdRandom, 0, maxLen, "random blocks per query block (causal: from the past only)"),
 		},
-		Causal: true,
 		Sweeps: []Sweep{
 			{Params: []string{"window"}, Values: []int{1, 3, 5, 9, 17}, Unit: "blocks"},
 			{Params: []string{"block"}, Values: pow2(16, 256), Unit: "tokens"},
 		},
-		Scaled: bigbirdBudget,
+		Scaled:   bigbirdBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			cfg := sparse.BigBirdConfig{Seed: seed}
 			var err error
@@ -208,6 +216,7 @@ var entries = []Entry{
 		Summary:  "linear attention, elu+1 features; causal by chunked prefix sums (package linear)",
 		Params:   []Param{chunkParam},
 		Causal:   true,
+		Decode:   true,
 		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			chunk, err := p.Int("chunk")
@@ -224,18 +233,18 @@ var entries = []Entry{
 			intParam("features", performer.DefaultFeatures, 1, 1<<20, "number of random features m"),
 			{
 				Name: "min", Kind: KindInt, Lo: 0, Hi: maxLen,
-				Default: strconv.Itoa(performer.DefaultMin),
-				// The package doubles its default under the causal mask.
-				CausalDefault: strconv.Itoa(2 * performer.DefaultMin), // TODO(lead): package constant
-				Doc:           "key length below which exact attention is used (tokens); unset: the package default, doubled under the causal mask; 0 never falls back",
+				Default:       strconv.Itoa(performer.DefaultMin),
+				CausalDefault: strconv.Itoa(performer.DefaultMinCausal),
+				Doc:           "key length below which exact attention is used (tokens); 0 never falls back",
 			},
-			enumParam("kind", performer.Positive.String(), []string{performer.Positive.String(), performer.Trig.String()},
+			enumParam("kind", performer.DefaultKind.String(), []string{performer.Positive.String(), performer.Trig.String()},
 				"positive (FAVOR+) or trig (sin/cos random Fourier features, for comparison)"),
-			chunkParam,
+			intParam("chunk", performer.DefaultChunk, 1, linear.MaxChunk, chunkParam.Doc),
 		},
-		Causal: true,
 		Sweeps: []Sweep{{Params: []string{"features"}, Values: pow2(16, 1024), Fixed: []string{"min=0"}, Unit: "random features"}},
 		Scaled: performerBudget,
+		Causal: true,
+		Decode: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			features, err := p.Int("features")
 			if err != nil {
@@ -286,23 +295,28 @@ var entries = []Entry{
 		Params: []Param{
 			intParam("hashes", reformer.DefaultHashes, 1, reformer.MaxHashes, "hash rounds; more rounds see more keys"),
 			intParam("bucket", reformer.DefaultBucket, 1, reformer.MaxBucket, "chunk size (tokens): a query attends to its chunk and the previous one, at most 2·bucket keys per round"),
-			intParam("buckets", 0, 0, reformer.MaxBuckets, "hash buckets per round; 0: ceil(M/bucket); above 64 factorised into two even factors"),
+			{
+				Name: "buckets", Kind: KindInt, Lo: 0, Hi: reformer.MaxBuckets,
+				Default: "0", CausalDefault: strconv.Itoa(reformer.DefaultCausalBuckets),
+				Doc: "hash buckets per round; 0: ceil(M/bucket), or under the causal mask " + strconv.Itoa(reformer.DefaultCausalBuckets) +
+					"; above 64 factorised into two even factors",
+			},
 			{
 				Name: "min", Kind: KindInt, Lo: 0, Hi: maxLen,
-				Default: strconv.Itoa(reformer.DefaultMin),
-				// The package doubles its default under the causal mask.
-				CausalDefault: strconv.Itoa(2 * reformer.DefaultMin), // TODO(lead): package constant
-				Doc:           "use exact attention when N or M is below this (tokens); unset: the package default, doubled under the causal mask; 0 never falls back",
+				Default:       strconv.Itoa(reformer.DefaultMin),
+				CausalDefault: strconv.Itoa(reformer.DefaultMinCausal),
+				Doc:           "use exact attention when N or M is below this (tokens); 0 never falls back",
 			},
 			enumParam("qk", "separate", []string{"separate", "shared"}, "separate, or shared: keys are the queries normalised to unit length (needs N == M and H == Hkv; implies self=exclude)"),
 			enumParam("self", "keep", []string{"keep", "exclude"}, "keep, or exclude: a query skips the key at its own position unless it sees no other"),
 		},
-		Causal: true,
 		Sweeps: []Sweep{
 			{Params: []string{"hashes"}, Values: pow2(1, 8), Fixed: []string{"min=0"}, Unit: "hash rounds"},
 			{Params: []string{"bucket"}, Values: pow2(16, 256), Fixed: []string{"min=0"}, Unit: "tokens"},
 		},
 		Scaled: reformerBudget,
+		Causal: true,
+		Decode: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			cfg := reformer.Config{Seed: seed}
 			var err error

@@ -332,6 +332,10 @@ func TestDefaultsMatchPackages(t *testing.T) {
 	if err != nil || zpf.Min() != pf.Min() || zpf.Features().Features(0) != pf.Features().Features(0) {
 		t.Errorf("performer zero config: %v, %v", zpf, err)
 	}
+	if c := def("performer", "min", true); strconv.Itoa(pf.MinFor(true)) != c || strconv.Itoa(pf.MinFor(false)) != def("performer", "min", false) {
+		t.Errorf("performer: fallback lengths %d, causal %d; registry %s, causal %s",
+			pf.MinFor(false), pf.MinFor(true), def("performer", "min", false), c)
+	}
 
 	lin := build("linformer").(*linformer.Linformer)
 	if lin.K() != defInt("linformer", "k") || lin.Length() != defInt("linformer", "length") {
@@ -368,10 +372,18 @@ func TestFallbackMatchesMin(t *testing.T) {
 		if _, ok := e.Param("min"); !ok {
 			continue
 		}
+		// Under the causal mask a length of min may still run exactly
+		// (hyper's recursion splits it into exact leaves): a length well
+		// past min and the block sizes must not.
 		for _, c := range []struct {
 			settings []string
 			causal   bool
-		}{{nil, false}, {nil, true}, {[]string{"min=100"}, true}} {
+		}{{nil, false}, {nil, true}, {[]string{"min=100"}, false}} {
+			if _, ok := e.Param("samples"); ok && c.settings != nil {
+				// hyper is exact, whatever min, where one block or the
+				// samples cover every key.
+				c.settings = append(c.settings, "block=16", "samples=16")
+			}
 			m, err := New(e.Name, c.settings, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -385,9 +397,12 @@ func TestFallbackMatchesMin(t *testing.T) {
 			o := attn.Options{Causal: c.causal}
 			below := attn.Shape{B: 1, H: 2, HKV: 1, N: min - 1, M: min - 1, D: 16}
 			at := attn.Shape{B: 1, H: 2, HKV: 1, N: min, M: min, D: 16}
+			if c.causal {
+				at.N, at.M = 4*min, 4*min
+			}
 			if attn.FallbackOf(m, below, o) == "" || attn.FallbackOf(m, at, o) != "" {
 				t.Errorf("%s %q causal=%v: min %d in effect, but fallback at %d: %q, at %d: %q", e.Name, c.settings, c.causal,
-					min, min-1, attn.FallbackOf(m, below, o), min, attn.FallbackOf(m, at, o))
+					min, min-1, attn.FallbackOf(m, below, o), at.N, attn.FallbackOf(m, at, o))
 			}
 		}
 	}
