@@ -59,7 +59,7 @@ func WriteAccuracyTables(w io.Writer, a *Accuracy) {
 			head = append(head, "rel err range")
 		}
 		rows := [][]string{head}
-		var skipped []string
+		var skipped, fallbacks []string
 		for _, p := range pts {
 			v := strconv.Itoa(p.Value)
 			if p.Param == "" {
@@ -75,11 +75,18 @@ func WriteAccuracyTables(w io.Writer, a *Accuracy) {
 			if a.Seeds > 1 {
 				row = append(row, errCell(p.RelErrMin)+" – "+errCell(p.RelErrMax))
 			}
+			if p.Fallback != "" {
+				row[0] += fallbackMark
+				fallbacks = append(fallbacks, fmt.Sprintf("%s=%s%s: %s", param, v, fallbackMark, p.Fallback))
+			}
 			rows = append(rows, row)
 		}
 		writeText(w, rows, 0)
 		for _, s := range skipped {
 			fmt.Fprintf(w, "  skipped %s\n", s)
+		}
+		for _, s := range fallbacks {
+			fmt.Fprintf(w, "  ran exact attention instead: %s\n", s)
 		}
 	}
 }

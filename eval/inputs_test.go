@@ -94,10 +94,10 @@ func TestPlantedHasHeavyHitters(t *testing.T) {
 // registry: every parameter a sweep sets must be one the mechanism
 // documents (DESIGN.md §7), so that no sweep silently does nothing.
 func TestSweepsUseRegisteredNames(t *testing.T) {
-	for _, sw := range eval.BudgetSweeps {
+	for _, sw := range eval.BudgetSweeps() {
 		e, err := registry.Lookup(sw.Mech)
 		if err != nil {
-			continue // not registered yet
+			t.Fatal(err)
 		}
 		names := []string{}
 		for _, p := range e.Params {
@@ -117,8 +117,9 @@ func TestSweepsUseRegisteredNames(t *testing.T) {
 		}
 	}
 	for _, name := range registry.Names() {
-		if len(eval.SweepsFor(name)) == 0 {
-			t.Errorf("no sweep for %s", name)
+		e, _ := registry.Lookup(name)
+		if sw := eval.SweepsFor(e); len(sw) == 0 || sw[0].Mech != name {
+			t.Errorf("sweeps for %s: %+v", name, sw)
 		}
 	}
 }

@@ -141,6 +141,23 @@ func addLine(p *plot.Plot, name string, i int, xys plotter.XYs) error {
 	return nil
 }
 
+// markFallbacks rings the points xys of p, rows or points that ran exact
+// attention instead of their mechanism's approximation, under one legend
+// entry.
+func markFallbacks(p *plot.Plot, xys plotter.XYs) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return err
+	}
+	sc.Shape, sc.Radius, sc.Color = draw.RingGlyph{}, vg.Points(6), color.RGBA{R: 200, A: 255}
+	p.Add(sc)
+	p.Legend.Add("ran exact attention (fallback)", sc)
+	return nil
+}
+
 // timePlot draws time per call against length for every series of g with
 // the given mask, with O(n) and O(n²) guide slopes through the median
 // time at the shortest length. ok is false when nothing was measured.
@@ -152,6 +169,7 @@ func timePlot(g grid, causal bool) (p *plot.Plot, ok bool, err error) {
 	p = newLogLog(fmt.Sprintf("%s, %s: time per call", g.mode, mask), "n (tokens, log scale)", "seconds (log scale)")
 	p.X.Tick.Marker = lengthTicks(g.ns)
 	var lo []float64
+	var fallbacks plotter.XYs
 	n0, n1 := math.Inf(1), 0.0
 	for _, s := range g.series {
 		if s.causal != causal {
@@ -162,6 +180,9 @@ func timePlot(g grid, causal bool) (p *plot.Plot, ok bool, err error) {
 		for _, n := range g.ns {
 			if r := g.cells[s][n]; r != nil && r.Skipped == "" && r.Seconds > 0 {
 				xys = append(xys, plotter.XY{X: float64(n), Y: r.Seconds})
+				if r.Fallback != "" {
+					fallbacks = append(fallbacks, xys[len(xys)-1])
+				}
 			}
 		}
 		if len(xys) == 0 {
@@ -181,6 +202,9 @@ func timePlot(g grid, causal bool) (p *plot.Plot, ok bool, err error) {
 	}
 	if !ok {
 		return nil, false, nil
+	}
+	if err := markFallbacks(p, fallbacks); err != nil {
+		return nil, false, err
 	}
 	if n1 > n0 {
 		slices.Sort(lo)
@@ -224,14 +248,33 @@ func paretoFront(xys plotter.XYs) []int {
 	return front
 }
 
+// frontOf returns the Pareto front of the points of xys that did not fall
+// back, by time.
+func frontOf(xys plotter.XYs, fellBack []bool) plotter.XYs {
+	var candidates plotter.XYs
+	for i, xy := range xys {
+		if !fellBack[i] {
+			candidates = append(candidates, xy)
+		}
+	}
+	var front plotter.XYs
+	for _, i := range paretoFront(candidates) {
+		front = append(front, candidates[i])
+	}
+	return front
+}
+
 // paretoPlot draws error against time for the rows of mode and mask at
 // length n that have both, and the front of the ones no other beats on
 // both. An error of 0 (a mechanism that fell back to exact attention) and
 // exact's error where the float64 reference did not run are drawn a decade
-// below the smallest error measured, and said so.
+// below the smallest error measured, and said so. Rows that say they fell
+// back (Row.Fallback) are drawn ringed and labelled so, and are never on
+// the front: they are exact attention under another name.
 func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok bool, err error) {
 	var xys plotter.XYs
 	var labels []string
+	var fellBack []bool
 	smallest := math.Inf(1)
 	for _, r := range rows {
 		if r.Mode != mode || r.Causal != causal || r.N != n || r.Skipped != "" || r.Mech == "ref" || r.Seconds <= 0 {
@@ -252,6 +295,7 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 		}
 		xys = append(xys, plotter.XY{X: r.Seconds, Y: e})
 		labels = append(labels, r.Mech)
+		fellBack = append(fellBack, r.Fallback != "")
 	}
 	if len(xys) == 0 {
 		return nil, false, nil
@@ -278,20 +322,24 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 	}
 	p = newLogLog(title,
 		"seconds per call (log scale)", "relative error (log scale)")
-	front := paretoFront(xys)
-	var fxys plotter.XYs
-	for _, i := range front {
-		fxys = append(fxys, xys[i])
+	var fallbacks plotter.XYs
+	for i, xy := range xys {
+		if fellBack[i] {
+			fallbacks = append(fallbacks, xy)
+			labels[i] += " (exact)"
+		}
 	}
-	l, err := plotter.NewLine(fxys)
-	if err != nil {
-		return nil, false, err
+	if fxys := frontOf(xys, fellBack); len(fxys) > 0 {
+		l, err := plotter.NewLine(fxys)
+		if err != nil {
+			return nil, false, err
+		}
+		l.StepStyle = plotter.PostStep
+		l.Color = color.RGBA{R: 200, A: 255}
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add("Pareto front", l)
 	}
-	l.StepStyle = plotter.PostStep
-	l.Color = color.RGBA{R: 200, A: 255}
-	l.Width = vg.Points(1.5)
-	p.Add(l)
-	p.Legend.Add("Pareto front", l)
 	sc, err := plotter.NewScatter(xys)
 	if err != nil {
 		return nil, false, err
@@ -299,6 +347,9 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 	sc.Color = color.Black
 	sc.Shape = draw.CircleGlyph{}
 	p.Add(sc)
+	if err := markFallbacks(p, fallbacks); err != nil {
+		return nil, false, err
+	}
 	// Points closer than a factor of 1.5 on both axes would print their
 	// labels over each other: each such label goes one line lower.
 	for i := range xys {
@@ -328,12 +379,15 @@ func closeOnLog(a, b float64) bool { return a < 1.5*b && b < 1.5*a }
 // accuracyPlot draws the relative and spectral errors of one budget sweep
 // against its budget; ok is false with fewer than two points measured.
 func accuracyPlot(name string, pts []*AccuracyPoint) (p *plot.Plot, ok bool, err error) {
-	var rel, spec plotter.XYs
+	var rel, spec, fallbacks plotter.XYs
 	for _, pt := range pts {
 		if pt.Skipped != "" || pt.RelErr == nil || pt.Value <= 0 {
 			continue
 		}
 		rel = append(rel, plotter.XY{X: float64(pt.Value), Y: math.Max(*pt.RelErr, errFloor)})
+		if pt.Fallback != "" {
+			fallbacks = append(fallbacks, rel[len(rel)-1])
+		}
 		if pt.SpectralErr != nil {
 			spec = append(spec, plotter.XY{X: float64(pt.Value), Y: math.Max(*pt.SpectralErr, errFloor)})
 		}
@@ -359,6 +413,9 @@ func accuracyPlot(name string, pts []*AccuracyPoint) (p *plot.Plot, ok bool, err
 			return nil, false, err
 		}
 	}
+	if err := markFallbacks(p, fallbacks); err != nil {
+		return nil, false, err
+	}
 	padLog(p, 1.2)
 	return p, true, nil
 }
@@ -369,11 +426,15 @@ func costPlot(a *Accuracy) (p *plot.Plot, ok bool, err error) {
 	p = newLogLog(fmt.Sprintf("error against time per call as the budget grows (n=%d)", a.N),
 		"seconds per call (log scale)", "relative error (log scale)")
 	names, groups := sweepGroups(a)
+	var fallbacks plotter.XYs
 	for i, name := range names {
 		var xys plotter.XYs
 		for _, pt := range groups[name] {
 			if pt.Skipped == "" && pt.RelErr != nil && pt.Seconds > 0 {
 				xys = append(xys, plotter.XY{X: pt.Seconds, Y: math.Max(*pt.RelErr, errFloor)})
+				if pt.Fallback != "" {
+					fallbacks = append(fallbacks, xys[len(xys)-1])
+				}
 			}
 		}
 		if len(xys) == 0 {
@@ -385,6 +446,9 @@ func costPlot(a *Accuracy) (p *plot.Plot, ok bool, err error) {
 		ok = true
 	}
 	if ok {
+		if err := markFallbacks(p, fallbacks); err != nil {
+			return nil, false, err
+		}
 		padLog(p, 1.3)
 	}
 	return p, ok, nil

@@ -44,6 +44,7 @@ type benchMode struct {
 	Mode, Shape string
 	Tables      []htmlTable
 	Skipped     []string
+	Fallbacks   []string
 }
 
 type reportView struct {
@@ -87,7 +88,7 @@ func (v *reportView) addBench(r *Results) error {
 				return err
 			}
 			if ok {
-				f, err := v.figure(p, fmt.Sprintf("Speed against error at n=%d: each point is one mechanism at its default parameters (exact at its error against the float64 reference; an error of 0, a mechanism that fell back to exact attention, or one not measured is drawn a decade below the smallest measured). The red staircase joins the mechanisms no other beats on both: the Pareto front.", n))
+				f, err := v.figure(p, fmt.Sprintf("Speed against error at n=%d: each point is one mechanism at its default parameters (exact at its error against the float64 reference; an error of 0, a mechanism that fell back to exact attention, or one not measured is drawn a decade below the smallest measured). The red staircase joins the mechanisms no other beats on both: the Pareto front. A ringed point, labelled (exact), ran exact attention instead of its approximation and is never on the front.", n))
 				if err != nil {
 					return err
 				}
@@ -107,7 +108,7 @@ func (v *reportView) addBench(r *Results) error {
 				bm.Tables = append(bm.Tables, htmlTable{Title: t.title, Head: rows[0], Rows: rows[1:]})
 			}
 		}
-		bm.Skipped = lines
+		bm.Skipped, bm.Fallbacks = lines, g.fallbackList()
 		v.Modes = append(v.Modes, bm)
 	}
 	return nil
@@ -164,7 +165,7 @@ func (v *reportView) addAccuracy(a *Accuracy) error {
 		if param == "" {
 			param = "budget"
 		}
-		t := htmlTable{Title: name, Head: []string{param, "rel err", "spectral", "max row", "lse rel", "time", "skipped"}}
+		t := htmlTable{Title: name, Head: []string{param, "rel err", "spectral", "max row", "lse rel", "time", "skipped or fell back"}}
 		if pts[0].Unit != "" {
 			t.Title += " (" + pts[0].Unit + ")"
 		}
@@ -177,8 +178,13 @@ func (v *reportView) addAccuracy(a *Accuracy) error {
 				t.Rows = append(t.Rows, []string{val, "", "", "", "", "", pt.Skipped})
 				continue
 			}
+			note := ""
+			if pt.Fallback != "" {
+				val += fallbackMark
+				note = "ran exact attention instead: " + pt.Fallback
+			}
 			t.Rows = append(t.Rows, []string{val, errCell(pt.RelErr), errCell(pt.SpectralErr), errCell(pt.MaxRowErr),
-				errCell(pt.LSERelErr), FormatSeconds(pt.Seconds), ""})
+				errCell(pt.LSERelErr), FormatSeconds(pt.Seconds), note})
 		}
 		v.AccTables = append(v.AccTables, t)
 	}
@@ -234,6 +240,7 @@ code { background: #f4f4f4; padding: 0 0.2rem; }
 {{end}}</table>
 {{end}}
 {{if .Skipped}}<p><b>Skipped rows</b></p><ul class="skipped">{{range .Skipped}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .Fallbacks}}<p><b>Rows that ran exact attention instead of the approximation</b> (marked *; never counted as a speed-up)</p><ul class="skipped">{{range .Fallbacks}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{end}}
 {{end}}
 
@@ -258,6 +265,7 @@ code { background: #f4f4f4; padding: 0 0.2rem; }
 <li><b>spectral</b>: ‖O−Ô‖<sub>2</sub>/‖O‖<sub>2</sub> of each head's N×D output by power iteration, the worst head.</li>
 <li><b>max row</b>: the largest relative error of one query row. <b>lse rel</b>: relative error of the log-sum-exp.</li>
 <li>A row is <b>skipped</b> when it would exceed a time or memory budget (forecast from the shorter lengths) or the mechanism returned an error; the reason is shown.</li>
+<li>A row marked <b>*</b> <b>fell back</b>: the mechanism ran exact attention instead of its approximation (a short input, say); the reason is listed. Its time and error are exact attention's.</li>
 </ul>
 </body>
 </html>

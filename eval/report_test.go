@@ -255,3 +255,102 @@ func TestParetoFront(t *testing.T) {
 		t.Errorf("front %v, want %v", front, want)
 	}
 }
+
+// fallbackResults is sampleResults with performer at n=512, full mask,
+// having run exact attention: faster than exact and as accurate, as the
+// same computation can be by timing noise.
+func fallbackResults() *Results {
+	r := sampleResults()
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if row.Mech == "performer" && row.N == 512 && !row.Causal {
+			row.Fallback = "M = 512 < min = 2048"
+			row.Seconds, row.SecondsMin, row.RelErr = 0.001, 0.001, f64(1e-7)
+		}
+	}
+	r.Bench.Summary = Summarize(r.Rows, r.Bench.MaxErr, Gaussian)
+	r.Accuracy.Points[0].Fallback = "M = 2048 < min = 4096"
+	return r
+}
+
+// TestFallbackRows: a row that fell back is marked in the tables, the
+// report and the JSON, is no speed-up and is never the summary's pick or
+// on the Pareto front.
+func TestFallbackRows(t *testing.T) {
+	r := fallbackResults()
+	var buf bytes.Buffer
+	WriteBenchTables(&buf, r)
+	out := buf.String()
+	for _, want := range []string{"1 ms*", "exact*", "ran exact attention instead of the approximation (marked *):",
+		"performer n=512 full: M = 512 < min = 2048"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("tables lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "*") < len(benchTables)-2 {
+		t.Errorf("the fallback row is not marked in every table:\n%s", out)
+	}
+	if strings.Contains(out, "10×") {
+		t.Errorf("the fallback row counts as a speed-up:\n%s", out)
+	}
+	best, _ := Fastest(r.Rows, "prefill", false, 512, 0.1)
+	if best == nil || best.Fallback != "" {
+		t.Errorf("Fastest picked %+v", best)
+	}
+	if !strings.Contains(r.Bench.Summary, "full mask: n=512 exact") {
+		t.Errorf("summary picks the fallback row: %s", r.Bench.Summary)
+	}
+	// Unmarked, the same row would win: the mark is what keeps it out.
+	unmarked := slices.Clone(r.Rows)
+	for i := range unmarked {
+		unmarked[i].Fallback = ""
+	}
+	if best, _ := Fastest(unmarked, "prefill", false, 512, 0.1); best == nil || best.Mech != "performer" {
+		t.Errorf("unmarked, Fastest picked %+v, want the performer row", best)
+	}
+	buf.Reset()
+	WriteAccuracyTables(&buf, r.Accuracy)
+	if !strings.Contains(buf.String(), "16*") || !strings.Contains(buf.String(), "ran exact attention instead: features=16*: M = 2048 < min = 4096") {
+		t.Errorf("accuracy tables do not mark the fallback point:\n%s", buf.String())
+	}
+
+	buf.Reset()
+	if err := WriteReport(&buf, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Rows that ran exact attention instead", "M = 512 &lt; min = 2048", "<td>1 ms*</td>"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(js, &raw); err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for i, row := range raw.Rows {
+		if fb, ok := row["fallback"]; ok {
+			marked++
+			if fb != r.Rows[i].Fallback || r.Rows[i].Fallback == "" {
+				t.Errorf("row %d: fallback %v", i, fb)
+			}
+		}
+	}
+	if marked != 1 {
+		t.Errorf("%d rows carry \"fallback\", want 1 (absent where the approximation ran)", marked)
+	}
+
+	// The front leaves out the point that fell back, though it dominates.
+	xys := plotter.XYs{{X: 1, Y: 0.1}, {X: 0.5, Y: 1e-7}, {X: 2, Y: 0.01}}
+	front := frontOf(xys, []bool{false, true, false})
+	if want := (plotter.XYs{{X: 1, Y: 0.1}, {X: 2, Y: 0.01}}); !slices.Equal(front, want) {
+		t.Errorf("front %v, want %v", front, want)
+	}
+}

@@ -50,17 +50,25 @@ type Machine struct {
 
 // Row is one mechanism at one size: the row of DESIGN.md §5.
 type Row struct {
-	Mode   string            `json:"mode"`
-	Mech   string            `json:"mech"`
-	B      int               `json:"b"`
-	H      int               `json:"h"`
-	HKV    int               `json:"hkv"`
-	N      int               `json:"n"`
-	M      int               `json:"m"`
-	D      int               `json:"d"`
-	Causal bool              `json:"causal"`
-	DType  string            `json:"dtype"`
+	Mode   string `json:"mode"`
+	Mech   string `json:"mech"`
+	B      int    `json:"b"`
+	H      int    `json:"h"`
+	HKV    int    `json:"hkv"`
+	N      int    `json:"n"`
+	M      int    `json:"m"`
+	D      int    `json:"d"`
+	Causal bool   `json:"causal"`
+	DType  string `json:"dtype"`
+	// Params lists every parameter of the mechanism in effect, defaults
+	// included (registry.Effective).
 	Params map[string]string `json:"params"`
+	// Fallback is why the mechanism ran exact attention instead of its
+	// approximation for this row (attn.FallbackOf); empty, and absent
+	// from the JSON, when the approximation ran. Such a row's time and
+	// error are exact attention's: tables mark it, and it is never a
+	// speed-up, the summary's pick or on a Pareto front.
+	Fallback string `json:"fallback,omitempty"`
 	// Seconds is the median of the timed calls.
 	Seconds float64 `json:"seconds"`
 	// GFlops is the exact-attention flop rate (ExactFlops / Seconds), for
@@ -143,12 +151,16 @@ type Accuracy struct {
 // AccuracyPoint is one mechanism at one budget. Errors are means over the
 // seeds that ran; RelErrMin and RelErrMax bound the relative error.
 type AccuracyPoint struct {
-	Sweep  string            `json:"sweep"`
-	Mech   string            `json:"mech"`
-	Param  string            `json:"param"`
-	Value  int               `json:"value"`
-	Unit   string            `json:"unit"`
+	Sweep string `json:"sweep"`
+	Mech  string `json:"mech"`
+	Param string `json:"param"`
+	Value int    `json:"value"`
+	Unit  string `json:"unit"`
+	// Params lists every parameter in effect, defaults included.
 	Params map[string]string `json:"params"`
+	// Fallback is why the mechanism ran exact attention instead of its
+	// approximation at this point; empty, and absent, when it did not.
+	Fallback string `json:"fallback,omitempty"`
 
 	RelErr      *float64 `json:"rel_err"`
 	RelErrMin   *float64 `json:"rel_err_min,omitempty"`

@@ -15,7 +15,8 @@ import (
 // call: a difference within exact's own spread is noise, not a speed-up.
 // An error of exactly 0 means the mechanism computed what exact computes
 // (it fell back to exact attention on a short input), so it never counts
-// as a faster mechanism either.
+// as a faster mechanism either, and nor does a row that says it fell
+// back (Row.Fallback).
 func Fastest(rows []Row, mode string, causal bool, n int, maxErr float64) (best, exact *Row) {
 	for i := range rows {
 		r := &rows[i]
@@ -26,7 +27,7 @@ func Fastest(rows []Row, mode string, causal bool, n int, maxErr float64) (best,
 			exact = r
 			continue
 		}
-		if r.RelErr == nil || *r.RelErr > maxErr || *r.RelErr == 0 {
+		if r.Fallback != "" || r.RelErr == nil || *r.RelErr > maxErr || *r.RelErr == 0 {
 			continue
 		}
 		if best == nil || r.Seconds < best.Seconds {

@@ -108,8 +108,27 @@ func (g grid) skipList() (index map[*Row]int, lines []string) {
 	return index, lines
 }
 
+// fallbackMark follows every cell of a row that ran exact attention
+// instead of its mechanism's approximation (Row.Fallback).
+const fallbackMark = "*"
+
+// fallbackList lists the rows of g that fell back to exact attention, in
+// table order, with the reason.
+func (g grid) fallbackList() []string {
+	var lines []string
+	for _, s := range g.series {
+		for _, n := range g.ns {
+			if r := g.cells[s][n]; r != nil && r.Skipped == "" && r.Fallback != "" {
+				lines = append(lines, fmt.Sprintf("%s n=%d %s: %s", s.mech, n, s.mask(), r.Fallback))
+			}
+		}
+	}
+	return lines
+}
+
 // table renders g with one column per length; cell formats a row that
 // ran and returns "" to leave it out. Series with no cell are omitted.
+// The cells of rows that fell back to exact attention carry fallbackMark.
 func (g grid) table(skips map[*Row]int, cell func(*Row) string) [][]string {
 	head := []string{"mech", "mask"}
 	for _, n := range g.ns {
@@ -129,10 +148,14 @@ func (g grid) table(skips map[*Row]int, cell func(*Row) string) [][]string {
 				c = fmt.Sprintf("skip[%d]", skips[r])
 			default:
 				c = cell(r)
-				if c != "" {
-					any = true
-				} else {
+				switch {
+				case c == "":
 					c = "-"
+				case r.Fallback != "":
+					any = true
+					c += fallbackMark
+				default:
+					any = true
 				}
 			}
 			line = append(line, c)
@@ -221,6 +244,10 @@ func (g grid) speedupCell() func(Machine, *Row) string {
 		if r.Mech == "exact" || r.Mech == "ref" {
 			return ""
 		}
+		if r.Fallback != "" {
+			// Exact attention under another name is no speed-up.
+			return "exact"
+		}
 		e := g.cells[series{r.Mode, "exact", r.Causal}][r.N]
 		if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
 			return ""
@@ -258,6 +285,12 @@ func WriteBenchTables(w io.Writer, r *Results) {
 		if len(lines) > 0 {
 			fmt.Fprintln(w, "\nskipped:")
 			for _, l := range lines {
+				fmt.Fprintln(w, "  "+l)
+			}
+		}
+		if fb := g.fallbackList(); len(fb) > 0 {
+			fmt.Fprintf(w, "\nran exact attention instead of the approximation (marked %s):\n", fallbackMark)
+			for _, l := range fb {
 				fmt.Fprintln(w, "  "+l)
 			}
 		}

@@ -26,6 +26,7 @@ type accPoint struct {
 	settings []string
 	params   map[string]string
 	skipped  string
+	fallback string // why the mechanism ran exact attention, "" when it did not
 	errs     []eval.Errors
 	secs     []float64
 }
@@ -59,7 +60,7 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&set, "set", "parameter `name=value` (repeatable) held for the mechanisms that know it; the swept one overrides it")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: attn accuracy [flags]\n\nError against exact attention as each mechanism's budget grows. Sweeps:")
-		for _, s := range eval.BudgetSweeps {
+		for _, s := range eval.BudgetSweeps() {
 			if len(s.Params) > 0 {
 				fmt.Fprintf(stderr, "  %-24s %v %s %s\n", s.Name(), s.Values, s.Unit, strings.Join(s.Fixed, " "))
 			}
@@ -183,7 +184,7 @@ func runAccuracy(ctx context.Context, cfg accuracyConfig) (*eval.Accuracy, error
 	if err := checkSettings(cfg.names, cfg.set); err != nil {
 		return nil, err
 	}
-	points, err := planPoints(cfg.names, cfg.set)
+	points, err := planPoints(cfg.names, cfg.set, cfg.o.Causal)
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +272,9 @@ func exactReference(ctx context.Context, e registry.Entry, s attn.Shape, o attn.
 // sweep's fixed settings, then the -set values the mechanism knows, then
 // the swept parameters, each later one overriding an earlier one of the
 // same name. A sweep over a parameter the mechanism does not know is one
-// skipped point.
-func planPoints(names, set []string) ([]*accPoint, error) {
+// skipped point. A point's params are every parameter in effect under
+// the mask, defaults included.
+func planPoints(names, set []string, causal bool) ([]*accPoint, error) {
 	var points []*accPoint
 	for _, name := range names {
 		e, err := lookupMech(name)
@@ -280,9 +282,10 @@ func planPoints(names, set []string) ([]*accPoint, error) {
 			return nil, err
 		}
 		knows := func(p string) bool {
-			return slices.ContainsFunc(e.Params, func(q registry.Param) bool { return q.Name == p })
+			_, ok := e.Param(p)
+			return ok
 		}
-		for _, sw := range eval.SweepsFor(name) {
+		for _, sw := range eval.SweepsFor(e) {
 			if i := slices.IndexFunc(sw.Params, func(p string) bool { return !knows(p) }); i >= 0 {
 				points = append(points, &accPoint{sweep: sw, entry: e,
 					skipped: fmt.Sprintf("%s has no parameter %q", name, sw.Params[i])})
@@ -319,6 +322,11 @@ func planPoints(names, set []string) ([]*accPoint, error) {
 				for _, k := range order {
 					p.settings = append(p.settings, k+"="+byName[k])
 				}
+				// A bad value shows as the point's skip reason when it
+				// fails to build, with the settings as given.
+				if eff, err := e.Effective(p.settings, causal); err == nil {
+					p.params = eff
+				}
 				points = append(points, p)
 			}
 		}
@@ -342,6 +350,7 @@ func (p *accPoint) run(ctx context.Context, s attn.Shape, o attn.Options, in *ev
 		p.skipped = err.Error()
 		return nil
 	}
+	p.fallback = attn.FallbackOf(m, s, o)
 	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
 	t := time.Now()
 	err = func() (err error) {
@@ -385,6 +394,7 @@ func (p *accPoint) result(seeds int) eval.AccuracyPoint {
 		}
 		return r
 	}
+	r.Fallback = p.fallback
 	mean := func(f func(eval.Errors) float64) *float64 {
 		s := 0.0
 		for _, e := range p.errs {

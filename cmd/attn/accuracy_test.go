@@ -129,17 +129,22 @@ func TestAccuracyFailingMechanism(t *testing.T) {
 
 // TestPlanPoints checks how a point's settings are put together: the
 // sweep's fixed ones, overridden by -set, overridden by the swept value;
-// names the mechanism does not know are dropped.
+// names the mechanism does not know are dropped. Its params are every
+// parameter in effect, defaults included.
 func TestPlanPoints(t *testing.T) {
-	sweeps := eval.SweepsFor("performer")
+	perf, err := registry.Lookup("performer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps := eval.SweepsFor(perf)
 	if len(sweeps[0].Params) == 0 {
-		t.Fatal("no performer sweep in the table")
+		t.Fatal("no performer sweep in the registry")
 	}
 	param := sweeps[0].Params[0]
-	fake := registry.Entry{Name: "performer", Params: []registry.Param{{Name: param}, {Name: "min"}, {Name: "kind"}},
-		Build: func(*registry.Params, uint64) (attn.Mechanism, error) { return flash.New(flash.Config{}), nil }}
+	fake := perf
+	fake.Build = func(*registry.Params, uint64) (attn.Mechanism, error) { return flash.New(flash.Config{}), nil }
 	withFakes(t, fake)
-	points, err := planPoints([]string{"performer"}, []string{"min=7", param + "=3", "kind=trig", "window=9"})
+	points, err := planPoints([]string{"performer"}, []string{"min=7", param + "=3", "kind=trig", "window=9"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +154,13 @@ func TestPlanPoints(t *testing.T) {
 			continue
 		}
 		values = append(values, p.value)
-		want := map[string]string{"min": "7", param: strconv.Itoa(p.value), "kind": "trig"}
+		want, err := registry.Effective("performer", []string{"min=7", param + "=" + strconv.Itoa(p.value), "kind=trig"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want["min"] != "7" || want["kind"] != "trig" || want["chunk"] == "" {
+			t.Fatalf("effective %v", want)
+		}
 		if len(p.params) != len(want) {
 			t.Errorf("point %d: params %v, want %v", p.value, p.params, want)
 		}
@@ -163,8 +174,8 @@ func TestPlanPoints(t *testing.T) {
 		t.Errorf("values %v, want %v", values, sweeps[0].Values)
 	}
 	// A mechanism without the swept parameter gets one skipped point.
-	withFakes(t, registry.Entry{Name: "performer", Build: fake.Build})
-	points, err = planPoints([]string{"performer"}, nil)
+	withFakes(t, registry.Entry{Name: "performer", Build: fake.Build, Sweeps: perf.Sweeps})
+	points, err = planPoints([]string{"performer"}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

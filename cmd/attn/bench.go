@@ -238,9 +238,28 @@ func saveMerged(dir string, res *eval.Results, keep func(old *eval.Results)) err
 
 // mechanism is one row source of a sweep.
 type mechanism struct {
-	name   string
-	m      attn.Mechanism // nil for ref
-	params map[string]string
+	name string
+	m    attn.Mechanism // nil for ref
+	// params are the parameters in effect, defaults included, without
+	// and with the causal mask (registry.Entry.Effective).
+	params [2]map[string]string
+}
+
+// paramsFor returns the parameters in effect for a row.
+func (m mechanism) paramsFor(causal bool) map[string]string {
+	if causal {
+		return m.params[1]
+	}
+	return m.params[0]
+}
+
+// fallback returns why the mechanism runs exact attention for a call of
+// shape s under o, or "".
+func (m mechanism) fallback(s attn.Shape, o attn.Options) string {
+	if m.m == nil {
+		return ""
+	}
+	return attn.FallbackOf(m.m, s, o)
 }
 
 // buildMechs builds the selected mechanisms with the -set values each
@@ -253,14 +272,15 @@ func buildMechs(names, set []string, seed uint64) ([]mechanism, error) {
 	var out []mechanism
 	for _, name := range names {
 		if name == refMech {
-			out = append(out, mechanism{name: name, params: map[string]string{}})
+			out = append(out, mechanism{name: name, params: [2]map[string]string{{}, {}}})
 			continue
 		}
 		e, err := lookupMech(name)
 		if err != nil {
 			return nil, err
 		}
-		p, ps, err := settingsFor(e, set)
+		mine := settingsFor(e, set)
+		p, err := registry.ParseSettings(mine)
 		if err != nil {
 			return nil, err
 		}
@@ -268,7 +288,13 @@ func buildMechs(names, set []string, seed uint64) ([]mechanism, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, mechanism{name: name, m: m, params: ps})
+		mech := mechanism{name: name, m: m}
+		for i, causal := range []bool{false, true} {
+			if mech.params[i], err = e.Effective(mine, causal); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, mech)
 	}
 	return out, nil
 }
@@ -284,9 +310,9 @@ func checkSettings(names, set []string) error {
 		name = strings.TrimSpace(name)
 		known := false
 		for _, m := range names {
-			if e, err := lookupMech(m); err == nil &&
-				slices.ContainsFunc(e.Params, func(p registry.Param) bool { return p.Name == name }) {
-				known = true
+			if e, err := lookupMech(m); err == nil {
+				_, ok := e.Param(name)
+				known = known || ok
 			}
 		}
 		if !known {
@@ -297,19 +323,15 @@ func checkSettings(names, set []string) error {
 }
 
 // settingsFor keeps the -set values that entry e documents.
-func settingsFor(e registry.Entry, set []string) (*registry.Params, map[string]string, error) {
+func settingsFor(e registry.Entry, set []string) []string {
 	var mine []string
-	ps := map[string]string{}
 	for _, kv := range set {
-		name, value, _ := strings.Cut(kv, "=")
-		name = strings.TrimSpace(name)
-		if slices.ContainsFunc(e.Params, func(p registry.Param) bool { return p.Name == name }) {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := e.Param(strings.TrimSpace(name)); ok {
 			mine = append(mine, kv)
-			ps[name] = strings.TrimSpace(value)
 		}
 	}
-	p, err := registry.ParseSettings(mine)
-	return p, ps, err
+	return mine
 }
 
 // sweep is the state of one bench run: the forecasts of every series and
@@ -474,7 +496,7 @@ func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism)
 	s, o := c.s, c.o
 	row := eval.Row{
 		Mode: "prefill", Mech: mech.name, B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: s.M, D: s.D,
-		Causal: o.Causal, DType: sw.cfg.dtype, Params: mech.params,
+		Causal: o.Causal, DType: sw.cfg.dtype, Params: mech.paramsFor(o.Causal),
 	}
 	if c.in == nil {
 		row.Skipped = fmt.Sprintf("inputs and outputs need %s > -mem-budget %s", fmtGiB(c.resident), fmtGiB(sw.cfg.memBudget))
@@ -513,6 +535,7 @@ func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism)
 	if err != nil || row.Skipped != "" {
 		return row, err
 	}
+	row.Fallback = mech.fallback(s, o)
 	return row, sw.compare(&row, s, c.out, c.lse, c.refBase, &c.exactBase)
 }
 

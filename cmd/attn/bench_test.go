@@ -396,8 +396,10 @@ func TestBenchDecode(t *testing.T) {
 			t.Errorf("row in mode %q", r.Mode)
 		}
 		if r.Mech == "linear" {
-			if r.Skipped == "" {
-				t.Errorf("linear decode row ran: %+v", r)
+			// Skipped while linear has no decoder; an approximation's
+			// error otherwise, not exact's.
+			if r.Skipped != "" && !strings.Contains(r.Skipped, "no decoder") {
+				t.Errorf("linear decode row skipped: %q", r.Skipped)
 			}
 			continue
 		}

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/ref"
+	"github.com/attnkit/attn/registry"
 )
 
 // decodeDefaults sets what `attn bench -mode decode` sweeps when the flags
@@ -69,56 +72,59 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
-// decode times one decode step (package kvcache, Cache.Attend) for each
-// cache length, head count and storage type: the newest position's query
-// of every head against the whole cache. The rows report the K/V bytes
-// read per second; their error is against exact attention on the float32
-// keys and values the cache was filled from.
+// decode times one decode step of each mechanism's incremental decoder
+// (registry.NewDecoder) for each cache length n, head count and storage
+// type: the decoder is filled with n positions, then one Step appends a
+// new position and attends its query of every head to all n+1. Exact
+// attention's KV cache is filled directly; other decoders through Step,
+// in chunks of decodeChunk positions. Mechanisms without a decoder get a
+// skipped row saying why. Errors are against exact attention over the
+// same n+1 float32 keys and values.
 func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, error) {
 	cfg := sw.cfg
 	var rows []eval.Row
 	for _, hkv := range cfg.hkvs {
 		for _, n := range cfg.ns {
 			s := attn.Shape{B: cfg.b, H: cfg.h, HKV: hkv, N: 1, M: n, D: cfg.d}
-			var q, k, v []float32
-			var want []float64
+			var in *decodeInputs
 			for _, dtype := range cfg.dtypes {
 				dt, _ := kvcache.ParseDType(dtype)
 				for _, mech := range mechs {
 					row := eval.Row{
 						Mode: "decode", Mech: mech.name, B: s.B, H: s.H, HKV: hkv, N: n, M: n, D: s.D,
-						Causal: true, DType: dtype, Params: mech.params,
+						Causal: true, DType: dtype, Params: mech.paramsFor(true),
 					}
 					sw.prog.begin(fmt.Sprintf("decode %s hkv=%d %s n=%d", mech.name, hkv, dtype, n))
-					inputs := float64(4 * (2*s.KVLen() + 2*s.QLen()))
+					resident := decodeResident(s)
 					cache := float64(kvBytes(s, dt))
 					switch {
-					case mech.name != "exact":
-						row.Skipped = "the decode benchmark times exact attention from the KV cache only"
-					case inputs+cache > cfg.memBudget:
-						row.Skipped = fmt.Sprintf("inputs and cache need %s > -mem-budget %s", fmtGiB(inputs+cache), fmtGiB(cfg.memBudget))
+					case mech.m == nil:
+						row.Skipped = "the float64 reference has no decoder"
+					case resident+cache > cfg.memBudget:
+						row.Skipped = fmt.Sprintf("inputs and cache need %s > -mem-budget %s", fmtGiB(resident+cache), fmtGiB(cfg.memBudget))
 					}
 					if row.Skipped != "" {
 						rows = append(rows, row)
 						sw.prog.end("skipped: " + row.Skipped)
 						continue
 					}
-					if q == nil {
-						rng := rand.New(rand.NewPCG(cfg.seed, uint64(n)))
-						q, k, v = ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
-						out, _, err := flash.Attention(ctx, s, q, k, v, attn.Options{Workers: cfg.workers})
-						if err != nil {
+					if in == nil {
+						var err error
+						if in, err = newDecodeInputs(ctx, s, cfg.seed, cfg.workers); err != nil {
 							return rows, err
 						}
-						want = widen(out)
 					}
-					err := sw.decodeRow(ctx, &row, s, dt, q, k, v, want)
+					err := sw.decodeRow(ctx, &row, mech, s, dtype, in)
 					rows = append(rows, row)
 					if err != nil {
 						sw.prog.end("interrupted")
 						return rows, err
 					}
-					sw.prog.end(row.Skipped)
+					if row.Skipped != "" {
+						sw.prog.end("skipped: " + row.Skipped)
+					} else {
+						sw.prog.end("")
+					}
 				}
 			}
 		}
@@ -126,27 +132,153 @@ func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, err
 	return rows, nil
 }
 
-// decodeRow fills a cache of type dt with k and v and times Attend.
-func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, s attn.Shape, dt kvcache.DType, q, k, v []float32, want []float64) error {
-	c, err := kvcache.New(kvcache.Config{B: s.B, HKV: s.HKV, D: s.D, DType: dt, Capacity: s.M})
-	if err == nil {
-		err = c.Append(k, v, s.M)
+// decodeChunk is the length of the Step calls that fill a decoder other
+// than exact attention's KV cache: long enough that the fill runs at the
+// speed of a prefill, short enough that its buffers stay small.
+const decodeChunk = 256
+
+// decodeInputs are the inputs of the decode rows of one cache length and
+// head count: the n positions that fill the decoder (kp, vp [B][Hkv][n][D];
+// qc, random queries of one fill chunk), the new position (q1 [B][H][1][D],
+// k1, v1 [B][Hkv][1][D]) and exact attention of q1 over all n+1 keys.
+type decodeInputs struct {
+	kp, vp, qc, q1, k1, v1 []float32
+	want                   []float64
+}
+
+// decodeResident is the bytes decodeInputs and a row's buffers hold for
+// shape s (N = 1, M = n).
+func decodeResident(s attn.Shape) float64 {
+	fill := s.B * s.H * decodeChunk * s.D
+	fillKV := s.B * s.HKV * decodeChunk * s.D
+	return 4*float64(2*s.KVLen()+2*fill+2*fillKV+4*s.QLen()) + 8*float64(s.QLen())
+}
+
+func newDecodeInputs(ctx context.Context, s attn.Shape, seed uint64, workers int) (*decodeInputs, error) {
+	rng := rand.New(rand.NewPCG(seed, uint64(s.M)))
+	one := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: 1, M: 1, D: s.D}
+	in := &decodeInputs{
+		q1: ref.Normal(rng, s.QLen()), kp: ref.Normal(rng, s.KVLen()), vp: ref.Normal(rng, s.KVLen()),
+		k1: ref.Normal(rng, one.KVLen()), v1: ref.Normal(rng, one.KVLen()),
+		qc: ref.Normal(rng, s.B*s.H*min(decodeChunk, s.M)*s.D),
 	}
+	// Exact attention over the n+1 keys: over the n, merged by lse with
+	// the new one, so that no copy of all n+1 is needed.
+	o := attn.Options{Workers: workers}
+	out, lse, err := flash.Attention(ctx, s, in.q1, in.kp, in.vp, o)
 	if err != nil {
+		return nil, err
+	}
+	out1, lse1, err := flash.Attention(ctx, one, in.q1, in.k1, in.v1, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := attn.Merge(out, lse, out1, lse1, s.D); err != nil {
+		return nil, err
+	}
+	in.want = widen(out)
+	return in, nil
+}
+
+// decodeRow fills a decoder of mech with in's n positions, steps it once
+// for the error and then times Step on one new position. The decoder's
+// own errors and panics make a skipped row; only ctx ending is returned.
+func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, mech mechanism, s attn.Shape, dtype string, in *decodeInputs) error {
+	n := s.M
+	// Every call appends a position: the error's step, the warm-up and
+	// the timed ones.
+	dcfg := attn.DecodeConfig{B: s.B, H: s.H, HKV: s.HKV, D: s.D, Workers: sw.cfg.workers, Storage: dtype, MaxLen: n + sw.cfg.reps + 2}
+	d, err := registry.NewDecoder(mech.m, dcfg)
+	switch {
+	case errors.Is(err, attn.ErrUnsupported):
+		row.Skipped = "no decoder: " + err.Error()
+		return nil
+	case err != nil:
 		row.Skipped = "error: " + err.Error()
 		return nil
 	}
-	out := make([]float32, s.QLen())
-	lse := make([]float32, s.LSELen())
-	o := attn.Options{Workers: sw.cfg.workers}
-	if err := sw.measure(ctx, row, func() error { return c.Attend(ctx, s.H, q, o, out, lse) }); err != nil || row.Skipped != "" {
+	if err := sw.fillDecoder(ctx, row, mech, d, s, in); err != nil || row.Skipped != "" {
 		return err
 	}
-	row.GBps = float64(kvBytes(s, dt)) / row.Seconds / 1e9
-	row.GFlops = eval.GFlops(eval.ExactFlops(s, false), row.Seconds)
-	e := ref.RelErr(out, want)
+	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+	step := func() error { return d.Step(ctx, in.q1, in.k1, in.v1, 1, nil, out, lse) }
+	if err := guard(step); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		row.Skipped = "error: " + err.Error()
+		return nil
+	}
+	e := ref.RelErr(out, in.want)
+	full := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: n + 1, M: n + 1, D: s.D}
+	row.Fallback = mech.fallback(full, attn.Options{Causal: true, Workers: sw.cfg.workers})
+	if err := sw.measure(ctx, row, step); err != nil || row.Skipped != "" {
+		return err
+	}
+	row.GFlops, row.GBps = 0, 0
+	if mech.name == "exact" {
+		dt, _ := kvcache.ParseDType(dtype)
+		row.GBps = float64(kvBytes(s, dt)) / row.Seconds / 1e9
+		row.GFlops = eval.GFlops(eval.ExactFlops(s, false), row.Seconds)
+	}
 	row.RelErr = &e
 	return nil
+}
+
+// fillDecoder appends in's n positions to d: straight into the caches
+// of exact attention's decoder, through Step in chunks for any other,
+// forecast and timed as a series of its own so that a slow fill is
+// skipped under the budgets like a slow row.
+func (sw *sweep) fillDecoder(ctx context.Context, row *eval.Row, mech mechanism, d attn.Decoder, s attn.Shape, in *decodeInputs) error {
+	n, per := s.M, s.HKV*s.M*s.D
+	if kd, ok := d.(*kvcache.Decoder); ok {
+		for b := range s.B {
+			if err := kd.Cache(b).Append(in.kp[b*per:][:per], in.vp[b*per:][:per], n); err != nil {
+				row.Skipped = "error: " + err.Error()
+				return nil
+			}
+		}
+		return nil
+	}
+	series := mech.name + " (decoder fill)"
+	if row.Skipped = sw.plan(series, attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: n, M: n, D: s.D}, true, 0); row.Skipped != "" {
+		row.Skipped = "filling the decoder: " + row.Skipped
+		return nil
+	}
+	c := min(decodeChunk, n)
+	k := make([]float32, s.B*s.HKV*c*s.D)
+	v := make([]float32, len(k))
+	out := make([]float32, s.B*s.H*c*s.D)
+	t := time.Now()
+	for p := 0; p < n; p += c {
+		m := min(c, n-p)
+		// k and v of positions [p, p+m), [B][Hkv][m][D].
+		for bh := range s.B * s.HKV {
+			copy(k[bh*m*s.D:][:m*s.D], in.kp[(bh*n+p)*s.D:][:m*s.D])
+			copy(v[bh*m*s.D:][:m*s.D], in.vp[(bh*n+p)*s.D:][:m*s.D])
+		}
+		nq, nkv := s.B*s.H*m*s.D, s.B*s.HKV*m*s.D
+		err := guard(func() error { return d.Step(ctx, in.qc[:nq], k[:nkv], v[:nkv], m, nil, out[:nq], nil) })
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			row.Skipped = fmt.Sprintf("error filling the decoder at position %d: %v", p, err)
+			return nil
+		}
+	}
+	sw.growthOf(series, true).Add(n, time.Since(t).Seconds(), 0)
+	return nil
+}
+
+// guard calls f and turns a panic into an error.
+func guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }
 
 // kvBytes is the size of the keys and values of a cache of type dt for

@@ -53,6 +53,7 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintln(stderr, "model:", describeModel(mf.model, m))
 	if patched != nil {
 		fmt.Fprintln(stderr, "patch:", patchSummary(mf.patches))
+		printLines(stderr, layerFallbacks(patched, patched.Config().Layers, len(ids), 0))
 	}
 	// The prompt as the tokenizer sees it, then each token as it comes.
 	if _, err := io.WriteString(stdout, tok.Decode(ids)); err != nil {

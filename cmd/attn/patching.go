@@ -35,80 +35,15 @@ import (
 // paper's Figure 3, in the order its legend lists them.
 var patchingMechs = []string{"window", "strided", "longformer", "bigbird", "reformer", "performer", "hyper"}
 
-// patchingBudget is what one mechanism runs with in `attn patching`.
-type patchingBudget struct {
-	settings []string // name=value, as for registry.New
-	rule     string   // how settings follow from the window length n
-	// keys estimates the keys a query sees, averaged over the n causal
-	// queries (for performer, its features); 0 where not estimated.
-	keys float64
-}
-
-// scaledBudget returns mechanism name's parameters for windows of n tokens,
-// the shortest of which has shortest tokens. The aim is that every
-// approximation spends about n/8 keys per query, averaged over the causal
-// queries (exact attention averages (n+1)/2), so that the curves compare
-// the mechanisms at one budget rather than at their packages' defaults,
-// which were chosen for other lengths. min=0 everywhere: the fallbacks to
-// exact attention below 2048 or 4096 tokens would otherwise hide the
-// approximation at the lengths small models run at.
-func scaledBudget(name string, n, shortest int) patchingBudget {
-	k := max(1, n/8)
-	itoa := strconv.Itoa
-	switch name {
-	case "window":
-		// right has no effect under the causal mask; 0 says so.
-		return patchingBudget{[]string{"left=" + itoa(k), "right=0"}, "left = n/8", float64(k)}
-	case "strided":
-		// The Sparse Transformer's l ≈ √n: the previous l keys and every
-		// l-th, l + n/(2l) on average, fewer than n/8 beyond n = 256;
-		// a larger l would make it a sliding window.
-		l := max(1, int(math.Round(math.Sqrt(float64(n)))))
-		return patchingBudget{[]string{"stride=" + itoa(l)}, "stride = √n (Sparse Transformer): previous √n keys and every √n-th",
-			float64(l) + float64(n)/float64(2*l)}
-	case "longformer":
-		// A pretrained LM's global tokens are its first ones (attention
-		// sinks, where heads park attention they do not need): the
-		// window gives up as many keys as there are globals. Globals
-		// must lie inside every window, hence shortest.
-		g := max(1, min(4, shortest))
-		gs := make([]string, g)
-		for i := range gs {
-			gs[i] = itoa(i)
-		}
-		left := max(1, k-g)
-		return patchingBudget{[]string{"left=" + itoa(left), "right=0", "globals=" + strings.Join(gs, ",")},
-			fmt.Sprintf("left = n/8 − %d, globals = the first %d positions (attention sinks)", g, g), float64(left + g)}
-	case "bigbird":
-		// Causal, the window of 3 blocks leaves the previous block and
-		// on average half the query's own; one global block (the sinks
-		// again); random blocks fill the budget up to n/8.
-		b := min(64, max(1, n/32))
-		r := max(1, k/b-3)
-		return patchingBudget{[]string{"block=" + itoa(b), "window=3", "globals=1", "random=" + itoa(r)},
-			"block = min(64, n/32), window 3 blocks, 1 global block, random = n/(8·block) − 3 blocks", (2.5 + float64(r)) * float64(b)}
-	case "reformer":
-		// Causal, a query sees about half of its chunk and of the one
-		// before in each round: about bucket keys a round.
-		b := max(1, n/16)
-		return patchingBudget{[]string{"hashes=2", "bucket=" + itoa(b), "min=0"}, "2 hashes, bucket = n/16", float64(2 * b)}
-	case "performer":
-		return patchingBudget{[]string{"features=" + itoa(k), "min=0"}, "features = n/8 (a rank, not keys)", float64(k)}
-	case "hyper":
-		// Causal, the recursion halves the square until a half fits in a
-		// block; a query meets on average half of the levels' rectangles
-		// (block+samples keys each) and half of its exact leaf: with
-		// block = samples = n/32, 4 levels and leaves of n/16, 5n/32.
-		b := max(1, n/32)
-		levels, leaf := 0, n
-		for (leaf+1)/2 > b {
-			levels++
-			leaf = (leaf + 1) / 2
-		}
-		return patchingBudget{[]string{"block=" + itoa(b), "samples=" + itoa(b), "min=0"},
-			"block = samples = n/32 (plus the causal recursion's levels)", float64(levels)*float64(b) + float64(leaf)/2}
+// scaledBudget returns mechanism name's `attn patching` budget for
+// windows of n tokens, the shortest of which has shortest tokens: the
+// registry entry's rule (registry.Entry.Budget), about n/8 keys per query.
+func scaledBudget(name string, n, shortest int) registry.Budget {
+	e, err := registry.Lookup(name)
+	if err != nil {
+		return registry.Budget{Rule: "the registry's defaults"}
 	}
-	return patchingBudget{rule: "the registry's defaults"}
+	return e.Budget(n, shortest)
 }
 
 // patchingPoint is one perplexity run: the last Patched layers replaced.
@@ -125,6 +60,9 @@ type patchingPoint struct {
 	// LayerRelErr, with -kl, is each layer's attention error against
 	// exact attention on the same inputs (see model.PerplexityResult).
 	LayerRelErr []float64 `json:"layer_rel_err,omitempty"`
+	// Fallbacks has a line for each patched layer that ran exact
+	// attention instead of its approximation, saying why.
+	Fallbacks []string `json:"fallbacks,omitempty"`
 }
 
 // patchingMech is one mechanism's curve.
@@ -183,7 +121,7 @@ so that each mechanism sees about n/8 keys per query on average (exact
 attention, causal, averages (n+1)/2):
 `)
 		for _, name := range patchingMechs {
-			fmt.Fprintf(stderr, "  %-10s %s\n", name, scaledBudget(name, 2048, 2048).rule)
+			fmt.Fprintf(stderr, "  %-10s %s\n", name, scaledBudget(name, 2048, 2048).Rule)
 		}
 		fmt.Fprintln(stderr, "and min=0 (no fallback to exact) for reformer, performer and hyper.")
 		fmt.Fprintln(stderr, "Other registered mechanisms run with their defaults; -set changes any of them.")
@@ -256,14 +194,14 @@ attention, causal, averages (n+1)/2):
 	for _, name := range mechs {
 		b := scaledBudget(name, n, shortest)
 		if o, ok := overrides[name]; ok {
-			b.settings = mergeSettings(b.settings, o)
-			b.rule += "; with -set " + strings.Join(o, ",")
-			b.keys = 0
+			b.Settings = mergeSettings(b.Settings, o)
+			b.Rule += "; with -set " + strings.Join(o, ",")
+			b.Keys = 0
 		}
-		if _, err := registry.New(name, b.settings, mf.seed); err != nil {
+		if _, err := registry.New(name, b.Settings, mf.seed); err != nil {
 			return fmt.Errorf("-mechs %s: %w", name, err)
 		}
-		res.Mechanisms = append(res.Mechanisms, patchingMech{Name: name, Settings: b.settings, Budget: b.rule, KeysPerQuery: b.keys})
+		res.Mechanisms = append(res.Mechanisms, patchingMech{Name: name, Settings: b.Settings, Budget: b.Rule, KeysPerQuery: b.Keys})
 	}
 
 	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
@@ -318,6 +256,9 @@ attention, causal, averages (n+1)/2):
 	for i := range res.Mechanisms {
 		pm := &res.Mechanisms[i]
 		pm.Points = append(pm.Points, res.Exact)
+		// A layer's mechanism is the same in every run that patches it:
+		// say once that it falls back.
+		said := map[string]bool{}
 		for _, ell := range ells[1:] {
 			p := model.Patch{Mechanism: pm.Name, Settings: pm.Settings}
 			for l := L - ell; l < L; l++ {
@@ -325,7 +266,15 @@ attention, causal, averages (n+1)/2):
 			}
 			var pt patchingPoint
 			m, err := model.New(exact.Weights(), model.Options{Workers: mf.workers, Patches: []model.Patch{p}, Seed: mf.seed})
+			var fallbacks []string
 			if err == nil {
+				fallbacks = layerFallbacks(m, L, n, shortest)
+				for _, line := range fallbacks {
+					if !said[line] {
+						said[line] = true
+						prog.note(line)
+					}
+				}
 				pt, err = score(m, fmt.Sprintf("%s ℓ=%d", pm.Name, ell))
 			} else {
 				prog.done++ // score counts its own runs
@@ -343,7 +292,7 @@ attention, causal, averages (n+1)/2):
 				prog.done += len(ells) - 1 - slices.Index(ells, ell)
 				break
 			}
-			pt.Patched, pt.Layers, pt.Patch = ell, p.Layers, p.String()
+			pt.Patched, pt.Layers, pt.Patch, pt.Fallbacks = ell, p.Layers, p.String(), fallbacks
 			pm.Points = append(pm.Points, pt)
 		}
 	}
@@ -469,10 +418,20 @@ func fmtKeys(k float64) string {
 // text or (md) as markdown.
 func writePatchingTables(w io.Writer, res *patchingJSON, ells []int, md bool) {
 	cell := func(p *patchingPoint, secs bool) string {
+		c := strconv.FormatFloat(p.Perplexity, 'g', 6, 64)
 		if secs {
-			return strconv.FormatFloat(p.AttnSeconds, 'f', 3, 64)
+			c = strconv.FormatFloat(p.AttnSeconds, 'f', 3, 64)
 		}
-		return strconv.FormatFloat(p.Perplexity, 'g', 6, 64)
+		if len(p.Fallbacks) > 0 {
+			c += "*"
+		}
+		return c
+	}
+	anyFallback := false
+	for _, m := range res.Mechanisms {
+		for _, p := range m.Points {
+			anyFallback = anyFallback || len(p.Fallbacks) > 0
+		}
 	}
 	for _, secs := range []bool{false, true} {
 		title := "perplexity as the last ℓ layers are patched (ℓ = 0: exact)"
@@ -525,6 +484,20 @@ func writePatchingTables(w io.Writer, res *patchingJSON, ells []int, md bool) {
 			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
 		}
 		tw.Flush()
+	}
+	if anyFallback {
+		fmt.Fprintln(w, "* some patched layers ran exact attention instead of the approximation:")
+		for _, m := range res.Mechanisms {
+			said := map[string]bool{}
+			for _, p := range m.Points {
+				for _, l := range p.Fallbacks {
+					if !said[l] {
+						said[l] = true
+						fmt.Fprintf(w, "  %s %s\n", m.Name, l)
+					}
+				}
+			}
+		}
 	}
 	for _, m := range res.Mechanisms {
 		if m.Error != "" {

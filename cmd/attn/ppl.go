@@ -120,6 +120,21 @@ type pplJSON struct {
 	PatchedBPC   float64       `json:"patched_bits_per_char,omitempty"`
 	MeanKL       float64       `json:"mean_kl,omitempty"`
 	LayerRelErrs []layerRelErr `json:"layers,omitempty"`
+	// Fallbacks has a line for each patched layer that ran exact
+	// attention instead of its approximation, saying why.
+	Fallbacks []string `json:"fallbacks,omitempty"`
+}
+
+// windowLengths returns the longest and shortest of the windows.
+func windowLengths(begins, ends []int) (longest, shortest int) {
+	for w := range begins {
+		l := ends[w] - begins[w]
+		longest = max(longest, l)
+		if shortest == 0 || l < shortest {
+			shortest = l
+		}
+	}
+	return longest, shortest
 }
 
 type layerRelErr struct {
@@ -176,13 +191,17 @@ func cmdPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if opts.Stride == 0 {
 		opts.Stride = max(1, opts.Context/2)
 	}
-	begins, _, _ := model.Windows(len(tokens), opts.Context, opts.Stride)
+	begins, ends, _ := model.Windows(len(tokens), opts.Context, opts.Stride)
+	res := pplJSON{Model: mf.model, Text: *textPath, Context: opts.Context, Stride: opts.Stride, Chars: chars}
 	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
 	fmt.Fprintf(stdout, "text   %s: %d characters, %d tokens; windows of %d tokens, stride %d: %d windows\n",
 		filepath.Base(*textPath), chars, len(tokens), opts.Context, opts.Stride, len(begins))
 	m := exact
 	if patched != nil {
 		m, opts.Reference = patched, exact
+		n, shortest := windowLengths(begins, ends)
+		res.Fallbacks = layerFallbacks(patched, patched.Config().Layers, n, shortest)
+		printLines(stderr, res.Fallbacks)
 	}
 	prog := newProgress(stderr, len(begins), 0)
 	prog.begin("window 1")
@@ -197,10 +216,7 @@ func cmdPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	res := pplJSON{
-		Model: mf.model, Text: *textPath, Context: opts.Context, Stride: opts.Stride, Windows: r.Windows,
-		Tokens: r.Tokens, Chars: chars,
-	}
+	res.Windows, res.Tokens = r.Windows, r.Tokens
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(stdout, "scored %d tokens\n\n", r.Tokens)
 	fmt.Fprintln(tw, "model\tperplexity\tbits/char\tnats/token\tKL(exact‖patched) nats/token")

@@ -81,3 +81,13 @@ func (p *progress) draw() {
 	}
 	fmt.Fprintf(p.w, "\r\x1b[K[%s] %d/%d %s  %s%s", bar, p.done, p.total, p.label, p.elapsed(), budget)
 }
+
+// note writes line on a line of its own: above the bar on a terminal.
+func (p *progress) note(line string) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\x1b[K%s\n", line)
+		p.draw()
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}

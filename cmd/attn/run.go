@@ -33,13 +33,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: attn run -mech NAME -q Q.npy -k K.npy -v V.npy -o O.npy [flags]")
 		fs.PrintDefaults()
-		if e, err := registry.Lookup(*mech); err == nil {
+		if e, err := lookupMech(*mech); err == nil {
 			fmt.Fprintf(stderr, "\nmechanism %s: %s\n", e.Name, e.Summary)
 			if len(e.Params) == 0 {
 				fmt.Fprintln(stderr, "  no -set parameters")
 			}
 			for _, p := range e.Params {
-				fmt.Fprintf(stderr, "  -set %s=… (default %s): %s\n", p.Name, p.Default, p.Doc)
+				fmt.Fprintf(stderr, "  -set %s=… (%s, default %s): %s\n", p.Name, p.Range(), p.DefaultText(), p.Doc)
 			}
 		}
 	}
@@ -51,7 +51,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%s is required", f.name)
 		}
 	}
-	m, err := registry.New(*mech, set, *seed)
+	e, err := lookupMech(*mech)
+	if err != nil {
+		return err
+	}
+	p, err := registry.ParseSettings(set)
+	if err != nil {
+		return err
+	}
+	m, err := e.New(p, *seed)
 	if err != nil {
 		return err
 	}
@@ -82,6 +90,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	out := make([]float32, s.QLen())
 	lse := make([]float32, s.LSELen())
+	if why := attn.FallbackOf(m, s, o); why != "" {
+		fmt.Fprintf(stderr, "%s: ran exact attention: %s\n", m.Name(), why)
+	}
 	if err := m.Forward(ctx, s, q.Data, k.Data, v.Data, o, out, lse); err != nil {
 		return err
 	}
