@@ -59,8 +59,8 @@ func TestDecodeDefinitions(t *testing.T) {
 	if err := Decode(got[:31], blk[:34], Q8_0); !errors.Is(err, ErrFormat) {
 		t.Errorf("Q8_0 of 31 values: %v", err)
 	}
-	if err := Decode(got[:1], []byte{1}, TensorType(12)); !errors.Is(err, attn.ErrUnsupported) {
-		t.Errorf("Q4_K: %v", err)
+	if err := Decode(make([]float32, 256), make([]byte, 66), TensorType(16)); !errors.Is(err, attn.ErrUnsupported) {
+		t.Errorf("IQ2_XXS: %v", err)
 	}
 }
 
@@ -117,10 +117,10 @@ func sample() ([]KV, []Tensor) {
 		{"general.alignment", uint32(64)},
 	}
 	ts := []Tensor{
-		{"a", []uint64{5, 3}, F32, data(15)},
-		{"b", []uint64{7}, F16, data(7)},
-		{"c", []uint64{64, 2}, Q8_0, data(128)},
-		{"d", []uint64{3, 1, 2}, BF16, data(6)},
+		{Name: "a", Dims: []uint64{5, 3}, Type: F32, Data: data(15)},
+		{Name: "b", Dims: []uint64{7}, Type: F16, Data: data(7)},
+		{Name: "c", Dims: []uint64{64, 2}, Type: Q8_0, Data: data(128)},
+		{Name: "d", Dims: []uint64{3, 1, 2}, Type: BF16, Data: data(6)},
 	}
 	return kv, ts
 }
@@ -225,16 +225,16 @@ func TestReadErrors(t *testing.T) {
 		}
 	}
 	// A tensor of a type this package does not decode is described but
-	// not read.
-	q4 := bytes.Clone(good)
-	i := bytes.Index(q4, []byte{'a', 2, 0, 0, 0})
-	copy(q4[i+1+4+16:], []byte{12, 0, 0, 0})
-	f, err := Read(bytes.NewReader(q4), int64(len(q4)))
+	// not read: I32 has F32's size, so the file stays well formed.
+	i32 := bytes.Clone(good)
+	i := bytes.Index(i32, []byte{'a', 2, 0, 0, 0})
+	copy(i32[i+1+4+16:], []byte{26, 0, 0, 0})
+	f, err := Read(bytes.NewReader(i32), int64(len(i32)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.ReadTensor("a"); !errors.Is(err, attn.ErrUnsupported) {
-		t.Errorf("Q4_K tensor: %v", err)
+		t.Errorf("I32 tensor: %v", err)
 	}
 	// Writer errors.
 	for name, c := range map[string]struct {
@@ -244,11 +244,11 @@ func TestReadErrors(t *testing.T) {
 		"dup key":     {[]KV{{"a", uint8(1)}, {"a", uint8(2)}}, nil},
 		"bad value":   {[]KV{{"a", 1}}, nil},
 		"alignment":   {[]KV{{"general.alignment", uint32(3)}}, nil},
-		"dup tensor":  {nil, []Tensor{{"t", []uint64{1}, F32, []float32{1}}, {"t", []uint64{1}, F32, []float32{1}}}},
-		"dims":        {nil, []Tensor{{"t", []uint64{2}, F32, []float32{1}}}},
-		"no dims":     {nil, []Tensor{{"t", nil, F32, nil}}},
-		"q8 row":      {nil, []Tensor{{"t", []uint64{16, 2}, Q8_0, make([]float32, 32)}}},
-		"unsupported": {nil, []Tensor{{"t", []uint64{32}, TensorType(2), make([]float32, 32)}}},
+		"dup tensor":  {nil, []Tensor{{Name: "t", Dims: []uint64{1}, Type: F32, Data: []float32{1}}, {Name: "t", Dims: []uint64{1}, Type: F32, Data: []float32{1}}}},
+		"dims":        {nil, []Tensor{{Name: "t", Dims: []uint64{2}, Type: F32, Data: []float32{1}}}},
+		"no dims":     {nil, []Tensor{{Name: "t", Dims: nil, Type: F32, Data: nil}}},
+		"q8 row":      {nil, []Tensor{{Name: "t", Dims: []uint64{16, 2}, Type: Q8_0, Data: make([]float32, 32)}}},
+		"unsupported": {nil, []Tensor{{Name: "t", Dims: []uint64{32}, Type: TensorType(2), Data: make([]float32, 32)}}},
 		"deep":        {[]KV{{"a", []any{[]any{[]any{[]uint8{1}}}}}}, nil},
 	} {
 		if err := Write(&bytes.Buffer{}, c.kv, c.ts); err == nil {

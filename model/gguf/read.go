@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/attnkit/attn"
@@ -21,7 +22,8 @@ const DefaultAlignment = 32
 const (
 	maxDims       = 4       // GGML_MAX_DIMS
 	maxDepth      = 3       // arrays of arrays of arrays
-	maxKeyLen     = 1 << 16 // bytes in a key or tensor name
+	maxKeyLen     = 1 << 16 // bytes in a metadata key
+	maxNameLen    = 63      // bytes in a tensor name: ggml's GGML_MAX_NAME less its NUL
 	maxElements   = 1 << 40 // values in one tensor
 	maxAlignment  = 1 << 20
 	decodeChunkKB = 4 << 10 // tensor data is read and decoded 4 MiB at a time
@@ -72,8 +74,9 @@ type File struct {
 }
 
 // Read parses the header of a GGUF file of size bytes read through r and
-// checks that every tensor of a supported type lies inside the file. The
-// data is read later, by ReadTensor, from r.
+// checks that every tensor of a type whose layout ggml defines is whole
+// blocks, lies inside the file and overlaps no other tensor. The data is
+// read later, by ReadTensor, from r.
 func Read(r io.ReaderAt, size int64) (*File, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size %d", attn.ErrInput, size)
@@ -114,12 +117,12 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 			return nil, d.fail(fmt.Sprintf("key of metadata entry %d", i))
 		}
 		if _, dup := f.keys[key]; dup {
-			return nil, fmt.Errorf("%w: metadata key %q appears twice", ErrFormat, key)
+			return nil, fmt.Errorf("%w: metadata key %q appears twice", ErrFormat, clip(key))
 		}
 		t := ValueType(d.u32())
 		v := d.value(t, 0)
 		if d.err != nil {
-			return nil, d.fail(fmt.Sprintf("value of %q", key))
+			return nil, d.fail(fmt.Sprintf("value of %q", clip(key)))
 		}
 		f.keys[key] = len(f.KV)
 		f.KV = append(f.KV, KV{key, v})
@@ -128,7 +131,7 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 	if v, ok := f.Value("general.alignment"); ok {
 		a, ok := asUint(v)
 		if !ok || a == 0 || a&(a-1) != 0 || a > maxAlignment {
-			return nil, fmt.Errorf("%w: general.alignment = %v, want a power of two up to %d", ErrFormat, v, maxAlignment)
+			return nil, fmt.Errorf("%w: general.alignment = %s, want a power of two up to %d", ErrFormat, short(v), maxAlignment)
 		}
 		f.Alignment = a
 	}
@@ -139,6 +142,9 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 		nd := d.u32()
 		if d.err != nil {
 			return nil, d.fail(fmt.Sprintf("tensor description %d", i))
+		}
+		if len(t.Name) > maxNameLen {
+			return nil, fmt.Errorf("%w: tensor %d's name %q is %d bytes; ggml allows %d", ErrFormat, i, clip(t.Name), len(t.Name), maxNameLen)
 		}
 		if nd == 0 || nd > maxDims {
 			return nil, fmt.Errorf("%w: tensor %q has %d dimensions, want 1 to %d", ErrFormat, t.Name, nd, maxDims)
@@ -167,22 +173,68 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 		f.Tensors = append(f.Tensors, t)
 	}
 	f.DataOffset = int64(alignUp(uint64(d.off), f.Alignment))
-	for _, t := range f.Tensors {
-		vals, bytes, ok := t.Type.BlockSize()
+	if err := f.checkExtents(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkExtents checks that every tensor of a known layout is whole rows
+// of blocks, lies inside the data section and overlaps no other. Without
+// the last check a small file whose tensors all point at the same bytes
+// would make reading them allocate without bound; with it, the tensors'
+// encodings sum to at most the file's size, so decoding them all
+// allocates at most maxExpansion times that.
+func (f *File) checkExtents() error {
+	data := uint64(f.size - min(f.DataOffset, f.size))
+	type span struct {
+		start, end uint64
+		i          int
+	}
+	spans := make([]span, 0, len(f.Tensors))
+	for i, t := range f.Tensors {
+		l, ok := layouts[t.Type]
 		if !ok {
 			continue // described, not read: ReadTensor reports it
 		}
-		if t.Dims[0]%uint64(vals) != 0 {
-			return nil, fmt.Errorf("%w: tensor %q of type %v has rows of %d values, not a multiple of %d",
-				ErrFormat, t.Name, t.Type, t.Dims[0], vals)
+		if t.Dims[0]%uint64(l.vals) != 0 {
+			return fmt.Errorf("%w: tensor %q of type %v has rows of %d values, not a multiple of %d",
+				ErrFormat, t.Name, t.Type, t.Dims[0], l.vals)
 		}
-		end := t.Offset + t.Elems()/uint64(vals)*uint64(bytes)
-		if t.Offset > uint64(size) || end > uint64(size-min(f.DataOffset, size)) {
-			return nil, fmt.Errorf("%w: tensor %q (%v, %v) ends at data offset %d, past the end of the file (%d bytes of data)",
-				ErrFormat, t.Name, t.Type, t.Dims, end, size-min(f.DataOffset, size))
+		// Elems is at most 2^40 and bytes/vals at most 8, so this cannot
+		// overflow.
+		n := t.Elems() / uint64(l.vals) * uint64(l.bytes)
+		if t.Offset > data || n > data-t.Offset {
+			return fmt.Errorf("%w: tensor %q (%v, %v) ends past the %d bytes of data",
+				ErrFormat, t.Name, t.Type, t.Dims, data)
+		}
+		if n > 0 {
+			spans = append(spans, span{t.Offset, t.Offset + n, i})
 		}
 	}
-	return f, nil
+	slices.SortFunc(spans, func(a, b span) int {
+		if a.start != b.start {
+			return cmpU64(a.start, b.start)
+		}
+		return cmpU64(a.end, b.end)
+	})
+	for k := 1; k < len(spans); k++ {
+		if a, b := spans[k-1], spans[k]; b.start < a.end {
+			return fmt.Errorf("%w: tensors %q and %q overlap (data bytes %d to %d and %d to %d)", ErrFormat,
+				f.Tensors[a.i].Name, f.Tensors[b.i].Name, a.start, a.end, b.start, b.end)
+		}
+	}
+	return nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func alignUp(x, a uint64) uint64 { return (x + a - 1) / a * a }
@@ -200,11 +252,11 @@ func (f *File) Value(key string) (any, bool) {
 func (f *File) String(key string) (string, error) {
 	v, ok := f.Value(key)
 	if !ok {
-		return "", fmt.Errorf("%w: no metadata key %q", ErrFormat, key)
+		return "", fmt.Errorf("%w: no metadata key %q", ErrFormat, clip(key))
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: %s is %T, want a string", ErrFormat, key, v)
+		return "", fmt.Errorf("%w: %s is %T, want a string", ErrFormat, clip(key), v)
 	}
 	return s, nil
 }
@@ -214,11 +266,11 @@ func (f *File) String(key string) (string, error) {
 func (f *File) Uint(key string) (uint64, error) {
 	v, ok := f.Value(key)
 	if !ok {
-		return 0, fmt.Errorf("%w: no metadata key %q", ErrFormat, key)
+		return 0, fmt.Errorf("%w: no metadata key %q", ErrFormat, clip(key))
 	}
 	u, ok := asUint(v)
 	if !ok {
-		return 0, fmt.Errorf("%w: %s = %v (%T), want a non-negative integer", ErrFormat, key, v, v)
+		return 0, fmt.Errorf("%w: %s = %s (%T), want a non-negative integer", ErrFormat, clip(key), short(v), v)
 	}
 	return u, nil
 }
@@ -227,7 +279,7 @@ func (f *File) Uint(key string) (uint64, error) {
 func (f *File) Float(key string) (float64, error) {
 	v, ok := f.Value(key)
 	if !ok {
-		return 0, fmt.Errorf("%w: no metadata key %q", ErrFormat, key)
+		return 0, fmt.Errorf("%w: no metadata key %q", ErrFormat, clip(key))
 	}
 	switch x := v.(type) {
 	case float32:
@@ -238,7 +290,7 @@ func (f *File) Float(key string) (float64, error) {
 	if u, ok := asUint(v); ok {
 		return float64(u), nil
 	}
-	return 0, fmt.Errorf("%w: %s = %v (%T), want a number", ErrFormat, key, v, v)
+	return 0, fmt.Errorf("%w: %s = %s (%T), want a number", ErrFormat, clip(key), short(v), v)
 }
 
 func asUint(v any) (uint64, bool) {
@@ -273,11 +325,13 @@ func (f *File) Tensor(name string) (TensorInfo, bool) {
 }
 
 // ReadTensor reads the tensor called name and returns its values as
-// float32, innermost dimension fastest.
+// float32, innermost dimension fastest: quantised types are dequantised
+// as ggml does, so the result takes 4 bytes per value whatever the file
+// stores.
 func (f *File) ReadTensor(name string) ([]float32, error) {
 	t, ok := f.Tensor(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: no tensor %q", ErrFormat, name)
+		return nil, fmt.Errorf("%w: no tensor %q", ErrFormat, clip(name))
 	}
 	vals, bytes, ok := t.Type.BlockSize()
 	if !ok {
@@ -294,7 +348,7 @@ func (f *File) ReadTensor(name string) ([]float32, error) {
 		nb := min(uint64(blocksPer), n/uint64(vals)-b)
 		raw := buf[:nb*uint64(bytes)]
 		if _, err := f.r.ReadAt(raw, off+int64(b)*int64(bytes)); err != nil {
-			return nil, fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, name, err)
+			return nil, fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, clip(name), err)
 		}
 		if err := Decode(out[b*uint64(vals):][:nb*uint64(vals)], raw, t.Type); err != nil {
 			return nil, err
@@ -491,6 +545,18 @@ func (f *File) Describe() string {
 	return b.String()
 }
 
+// clip shortens s for an error message: a key or name in a malformed
+// file may be megabytes long.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// short describes a metadata value in a few words: a string's start, an
+// array's type and length.
 func short(v any) string {
 	switch x := v.(type) {
 	case string:

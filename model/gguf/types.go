@@ -65,13 +65,25 @@ func (t ValueType) scalarSize() int {
 // TensorType is a ggml element type.
 type TensorType uint32
 
-// The ggml types this package reads and writes. Others are named in
-// errors but not decoded.
+// The ggml types this package decodes (see the package documentation for
+// each one's layout). Other ggml types are named in errors and their
+// extents are checked, but their data is not decoded.
 const (
-	F32  TensorType = 0
-	F16  TensorType = 1
-	Q8_0 TensorType = 8
-	BF16 TensorType = 30
+	F32    TensorType = 0
+	F16    TensorType = 1
+	Q4_0   TensorType = 2
+	Q4_1   TensorType = 3
+	Q5_0   TensorType = 6
+	Q5_1   TensorType = 7
+	Q8_0   TensorType = 8
+	Q2_K   TensorType = 10
+	Q3_K   TensorType = 11
+	Q4_K   TensorType = 12
+	Q5_K   TensorType = 13
+	Q6_K   TensorType = 14
+	IQ4_NL TensorType = 20
+	IQ4_XS TensorType = 23
+	BF16   TensorType = 30
 )
 
 // ggmlNames names the ggml types, so that an error can say which one a
@@ -81,7 +93,7 @@ var ggmlNames = map[TensorType]string{
 	10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K",
 	16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S",
 	22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64",
-	29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0",
+	29: "IQ1_M", 30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4",
 }
 
 func (t TensorType) String() string {
@@ -94,10 +106,64 @@ func (t TensorType) String() string {
 // Q8Block is the number of values in one Q8_0 block.
 const Q8Block = 32
 
-// q8BlockBytes is the size of a Q8_0 block: a binary16 scale and 32 int8.
-const q8BlockBytes = 2 + Q8Block
+// qkK is the number of values in a k-quant (and IQ4_XS) super-block,
+// ggml's QK_K.
+const qkK = 256
 
-// Supported reports whether this package decodes and encodes t.
+// layout is how ggml stores a type: blocks of vals values taking bytes
+// bytes. decode widens whole blocks; it is nil for the types whose layout
+// is known (so that a file's tensors can be checked to fit and not to
+// overlap) but whose data this package does not decode.
+type layout struct {
+	vals, bytes int
+	decode      func(dst []float32, src []byte)
+}
+
+// layouts holds ggml's block sizes (ggml_blck_size, ggml_type_size) for
+// every type it defines that GGUF files may hold.
+var layouts = map[TensorType]layout{
+	F32:    {1, 4, decodeF32},
+	F16:    {1, 2, decodeF16},
+	BF16:   {1, 2, decodeBF16},
+	Q4_0:   {32, 18, decodeQ4_0},
+	Q4_1:   {32, 20, decodeQ4_1},
+	Q5_0:   {32, 22, decodeQ5_0},
+	Q5_1:   {32, 24, decodeQ5_1},
+	Q8_0:   {Q8Block, 2 + Q8Block, decodeQ8_0},
+	Q2_K:   {qkK, 84, decodeQ2_K},
+	Q3_K:   {qkK, 110, decodeQ3_K},
+	Q4_K:   {qkK, 144, decodeQ4_K},
+	Q5_K:   {qkK, 176, decodeQ5_K},
+	Q6_K:   {qkK, 210, decodeQ6_K},
+	IQ4_NL: {32, 18, decodeIQ4_NL},
+	IQ4_XS: {qkK, 136, decodeIQ4_XS},
+	9:      {32, 36, nil},   // Q8_1
+	15:     {qkK, 292, nil}, // Q8_K
+	16:     {qkK, 66, nil},  // IQ2_XXS
+	17:     {qkK, 74, nil},  // IQ2_XS
+	18:     {qkK, 98, nil},  // IQ3_XXS
+	19:     {qkK, 50, nil},  // IQ1_S
+	21:     {qkK, 110, nil}, // IQ3_S
+	22:     {qkK, 82, nil},  // IQ2_S
+	24:     {1, 1, nil},     // I8
+	25:     {1, 2, nil},     // I16
+	26:     {1, 4, nil},     // I32
+	27:     {1, 8, nil},     // I64
+	28:     {1, 8, nil},     // F64
+	29:     {qkK, 56, nil},  // IQ1_M
+	34:     {qkK, 54, nil},  // TQ1_0
+	35:     {qkK, 66, nil},  // TQ2_0
+	39:     {32, 17, nil},   // MXFP4
+}
+
+// maxExpansion bounds the float32 bytes a decoded tensor takes per byte
+// of its encoding, over the types this package decodes (Q2_K's
+// 4·256/84 is the largest). Read rejects overlapping tensors, so reading
+// every tensor of a file allocates at most maxExpansion times its size.
+const maxExpansion = 13
+
+// Supported reports whether this package both decodes and encodes t (F32,
+// F16, BF16, Q8_0). Every supported type is Readable.
 func (t TensorType) Supported() bool {
 	switch t {
 	case F32, F16, BF16, Q8_0:
@@ -106,74 +172,55 @@ func (t TensorType) Supported() bool {
 	return false
 }
 
+// Readable reports whether Decode and File.ReadTensor widen t to float32.
+func (t TensorType) Readable() bool { return layouts[t].decode != nil }
+
 // BlockSize returns the number of values per block of t and the bytes a
 // block takes; ok is false for types this package does not decode.
 func (t TensorType) BlockSize() (values, bytes int, ok bool) {
-	switch t {
-	case F32:
-		return 1, 4, true
-	case F16, BF16:
-		return 1, 2, true
-	case Q8_0:
-		return Q8Block, q8BlockBytes, true
+	l := layouts[t]
+	if l.decode == nil {
+		return 0, 0, false
 	}
-	return 0, 0, false
+	return l.vals, l.bytes, true
 }
+
+// readableNames lists the decoded types for error messages.
+const readableNames = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 
 // errUnsupportedType is the error for data of a type this package does not
 // decode.
 func errUnsupportedType(name string, t TensorType) error {
-	return fmt.Errorf("%w: gguf: tensor %q has type %v; supported: F32, F16, BF16, Q8_0", attn.ErrUnsupported, name, t)
+	return fmt.Errorf("%w: gguf: tensor %q has type %v; readable: %s", attn.ErrUnsupported, clip(name), t, readableNames)
 }
 
-// Decode widens len(dst) values of type t from src to float32. src must
-// hold exactly the encoded values: len(dst)·size for F32, F16 and BF16,
-// len(dst)/32 blocks of 34 bytes for Q8_0 (len(dst) a multiple of 32).
+// Decode widens len(dst) values of type t from src to float32, as ggml's
+// dequantize_row_* does. len(dst) must be a whole number of t's blocks and
+// src must hold exactly their encoding (EncodedLen bytes).
 func Decode(dst []float32, src []byte, t TensorType) error {
-	vals, bytes, ok := t.BlockSize()
-	if !ok {
+	l := layouts[t]
+	if l.decode == nil {
 		return errUnsupportedType("", t)
 	}
-	if len(dst)%vals != 0 || len(src) != len(dst)/vals*bytes {
+	if len(dst)%l.vals != 0 || len(src) != len(dst)/l.vals*l.bytes {
 		return fmt.Errorf("%w: %d bytes of %v for %d values", ErrFormat, len(src), t, len(dst))
 	}
-	switch t {
-	case F32:
-		for i := range dst {
-			dst[i] = math.Float32frombits(le32(src[4*i:]))
-		}
-	case F16:
-		for i := range dst {
-			dst[i] = half.F16ToF32(le16(src[2*i:]))
-		}
-	case BF16:
-		for i := range dst {
-			dst[i] = half.BF16ToF32(le16(src[2*i:]))
-		}
-	case Q8_0:
-		for b := range len(dst) / Q8Block {
-			blk := src[b*q8BlockBytes:][:q8BlockBytes]
-			d := half.F16ToF32(le16(blk))
-			out := dst[b*Q8Block:][:Q8Block]
-			for i, q := range blk[2:] {
-				out[i] = d * float32(int8(q))
-			}
-		}
-	}
+	l.decode(dst, src)
 	return nil
 }
 
-// EncodedLen returns the bytes n values of type t take, or an error if t
-// is not supported or n is not a whole number of blocks.
+// EncodedLen returns the bytes n values of type t take, or an error if
+// ggml's layout of t is unknown here or n is not a whole number of
+// blocks. It knows the layouts of types that are not Readable too.
 func EncodedLen(t TensorType, n int) (int, error) {
-	vals, bytes, ok := t.BlockSize()
+	l, ok := layouts[t]
 	if !ok {
 		return 0, errUnsupportedType("", t)
 	}
-	if n%vals != 0 {
-		return 0, fmt.Errorf("%w: %d values are not whole %v blocks of %d", attn.ErrInput, n, t, vals)
+	if n < 0 || n%l.vals != 0 {
+		return 0, fmt.Errorf("%w: %d values are not whole %v blocks of %d", attn.ErrInput, n, t, l.vals)
 	}
-	return n / vals * bytes, nil
+	return n / l.vals * l.bytes, nil
 }
 
 // Encode appends src encoded as type t to dst. F16 and BF16 round to
@@ -181,6 +228,9 @@ func EncodedLen(t TensorType, n int) (int, error) {
 // 32, d = max|x|/127 (stored as binary16) and q = round(x/d), ties away
 // from zero, with q = 0 when d = 0.
 func Encode(dst []byte, src []float32, t TensorType) ([]byte, error) {
+	if !t.Supported() {
+		return dst, fmt.Errorf("%w: gguf: Encode writes F32, F16, BF16 and Q8_0, not %v (Tensor.Raw writes any type's bytes)", attn.ErrUnsupported, t)
+	}
 	n, err := EncodedLen(t, len(src))
 	if err != nil {
 		return dst, err

@@ -9,13 +9,19 @@ import (
 	"github.com/attnkit/attn"
 )
 
-// Tensor is a tensor to write: float32 values encoded as Type.
+// Tensor is a tensor to write: float32 values encoded as Type, or bytes
+// already in Type's encoding.
 type Tensor struct {
-	Name string
+	Name string // at most 63 bytes, as ggml allows
 	// Dims innermost first, as in TensorInfo.
 	Dims []uint64
 	Type TensorType
+	// Data is encoded by Encode, so Type must be Supported.
 	Data []float32
+	// Raw, when not nil, is written as it is instead of Data (which must
+	// then be nil): ggml's encoding of the tensor, EncodedLen(Type,
+	// values) bytes, for types Encode does not produce (the k-quants, …).
+	Raw []byte
 }
 
 // Write writes a version 3 GGUF file with the metadata kv (in order) and
@@ -57,22 +63,18 @@ func Write(w io.Writer, kv []KV, tensors []Tensor) error {
 			return fmt.Errorf("%w: gguf: tensor %q given twice", attn.ErrInput, t.Name)
 		}
 		names[t.Name] = true
+		if len(t.Name) > maxNameLen {
+			return fmt.Errorf("%w: gguf: tensor name %q is longer than ggml's %d bytes", attn.ErrInput, clip(t.Name), maxNameLen)
+		}
 		if len(t.Dims) == 0 || len(t.Dims) > maxDims {
 			return fmt.Errorf("%w: gguf: tensor %q has %d dimensions, want 1 to %d", attn.ErrInput, t.Name, len(t.Dims), maxDims)
 		}
-		info := TensorInfo{Name: t.Name, Dims: t.Dims, Type: t.Type}
-		if n := info.Elems(); n != uint64(len(t.Data)) {
-			return fmt.Errorf("%w: gguf: tensor %q has dimensions %v (%d values) but %d values of data", attn.ErrInput, t.Name, t.Dims, n, len(t.Data))
-		}
-		vals, bytes, ok := t.Type.BlockSize()
-		if !ok {
-			return errUnsupportedType(t.Name, t.Type)
-		}
-		if t.Dims[0]%uint64(vals) != 0 {
-			return fmt.Errorf("%w: gguf: tensor %q of type %v needs rows of a multiple of %d values, has %d", attn.ErrInput, t.Name, t.Type, vals, t.Dims[0])
+		n, err := tensorBytes(t)
+		if err != nil {
+			return err
 		}
 		offsets[i] = off
-		off = alignUp(off+uint64(len(t.Data)/vals*bytes), align)
+		off = alignUp(off+n, align)
 		hdr = appendString(hdr, t.Name)
 		hdr = appendLE32(hdr, uint32(len(t.Dims)))
 		for _, d := range t.Dims {
@@ -95,6 +97,13 @@ func Write(w io.Writer, kv []KV, tensors []Tensor) error {
 			}
 			written += pad
 		}
+		if t.Raw != nil {
+			if _, err := bw.Write(t.Raw); err != nil {
+				return err
+			}
+			written += uint64(len(t.Raw))
+			continue
+		}
 		// Encode a chunk at a time: the file never needs a second copy of
 		// a large tensor in memory.
 		vals, _, _ := t.Type.BlockSize()
@@ -116,6 +125,43 @@ func Write(w io.Writer, kv []KV, tensors []Tensor) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// tensorBytes checks t's data against its dimensions and type and
+// returns the bytes it takes in the file.
+func tensorBytes(t Tensor) (uint64, error) {
+	l, known := layouts[t.Type]
+	if t.Raw == nil && !t.Type.Supported() || !known {
+		return 0, fmt.Errorf("%w: gguf: tensor %q of type %v: Write encodes F32, F16, BF16 and Q8_0 from Data, and writes the bytes of any ggml type from Raw",
+			attn.ErrUnsupported, t.Name, t.Type)
+	}
+	info := TensorInfo{Name: t.Name, Dims: t.Dims, Type: t.Type}
+	// The product of the dimensions can overflow; a tensor this package
+	// would not read back is refused.
+	var elems uint64 = 1
+	for _, d := range t.Dims {
+		if d != 0 && elems > maxElements/d {
+			return 0, fmt.Errorf("%w: gguf: tensor %q has more than 2^40 values", attn.ErrInput, t.Name)
+		}
+		elems *= d
+	}
+	if t.Dims[0]%uint64(l.vals) != 0 {
+		return 0, fmt.Errorf("%w: gguf: tensor %q of type %v needs rows of a multiple of %d values, has %d", attn.ErrInput, t.Name, t.Type, l.vals, t.Dims[0])
+	}
+	n := elems / uint64(l.vals) * uint64(l.bytes)
+	if t.Raw != nil {
+		if t.Data != nil {
+			return 0, fmt.Errorf("%w: gguf: tensor %q has both Data and Raw", attn.ErrInput, t.Name)
+		}
+		if uint64(len(t.Raw)) != n {
+			return 0, fmt.Errorf("%w: gguf: tensor %q (%v, %v) needs %d bytes of Raw, has %d", attn.ErrInput, t.Name, t.Type, t.Dims, n, len(t.Raw))
+		}
+		return n, nil
+	}
+	if m := info.Elems(); m != uint64(len(t.Data)) {
+		return 0, fmt.Errorf("%w: gguf: tensor %q has dimensions %v (%d values) but %d values of data", attn.ErrInput, t.Name, t.Dims, m, len(t.Data))
+	}
+	return n, nil
 }
 
 func appendString(b []byte, s string) []byte {
