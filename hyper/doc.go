@@ -101,7 +101,8 @@
 // # Decoding
 //
 // NewDecoder returns the incremental form, with a rule of its own (Forward
-// works on whole blocks of queries; a decoded query comes alone). With W =
+// cuts a whole problem's keys into blocks; a decoded query comes alone,
+// against a cache that grows by one key a step). With W =
 // max(Block, 1), the query at position p of a sequence sees positions
 // [0, p] and
 //

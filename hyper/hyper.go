@@ -74,7 +74,7 @@ type Config struct {
 	// samples.
 	Block int
 	// Samples is the number of key columns sampled per problem (default
-	// 256), uniformly and without replacement; each query block uses those
+	// 256), uniformly and without replacement; each query uses those
 	// outside its own key block, weighted by how many keys they stand for.
 	// With Samples at least the number of keys, every key is taken and the
 	// result is exact. A negative Samples drops the sampled part.
