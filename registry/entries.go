@@ -356,6 +356,7 @@ var entries = []Entry{
 				"uniform, or vnorm: the product with V from columns drawn by squared value norm (paper)"),
 		},
 		Causal: true,
+		Decode: true,
 		Sweeps: []Sweep{
 			{Params: []string{"samples"}, Values: pow2(16, 1024), Fixed: []string{"min=0"}, Unit: "sampled columns"},
 			{Params: []string{"block"}, Values: pow2(16, 512), Fixed: []string{"min=0"}, Unit: "tokens"},
