@@ -14,7 +14,7 @@ import (
 // are handed out in increasing order from a shared counter, so callers that
 // number their longest items first balance the load. A goroutine stops
 // taking items once ctx ends or fn returns an error; For returns the
-// errors joined (ctx's error among them if it ended first), or nil. With
+// distinct errors joined (ctx's error once, first, if it ended), or nil. With
 // one worker the items run in the calling goroutine: small calls (a
 // decode step's matrix-vector products) pay no goroutine start.
 func For[T any](ctx context.Context, workers, items int, newScratch func() T, fn func(T, int) error) error {
@@ -59,7 +59,34 @@ func For[T any](ctx context.Context, workers, items int, newScratch func() T, fn
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinOnce(ctx, errs)
+}
+
+// joinOnce joins errs, each distinct error once: when ctx has ended every
+// worker stops with its error (or one wrapping it, from a nested call), and
+// "context canceled" should be said once, not once a worker.
+func joinOnce(ctx context.Context, errs []error) error {
+	cerr := ctx.Err()
+	var out []error
+	if cerr != nil {
+		out = append(out, cerr)
+	}
+	for _, err := range errs {
+		if err == nil || (cerr != nil && errors.Is(err, cerr)) {
+			continue
+		}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == err
+		}
+		if !dup {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
 }
 
 // None is the scratch of a loop that needs none.

@@ -71,3 +71,24 @@ func TestForOneWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelOnce cancels a call with many workers: its error is the
+// context's, said once.
+func TestCancelOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var started atomic.Int32
+	err := For(ctx, 8, 1000, None, func(struct{}, int) error {
+		if started.Add(1) == 4 {
+			cancel()
+		}
+		return nil
+	})
+	if err != context.Canceled {
+		t.Errorf("err = %q, want exactly context.Canceled", err)
+	}
+	boom := errors.New("boom")
+	err = For(context.Background(), 4, 100, None, func(struct{}, int) error { return boom })
+	if err != boom {
+		t.Errorf("err = %q, want boom once", err)
+	}
+}
