@@ -210,8 +210,13 @@ func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, mech mechanism, s
 		return nil
 	}
 	e := ref.RelErr(out, in.want)
-	full := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: n + 1, M: n + 1, D: s.D}
-	row.Fallback = mech.fallback(full, attn.Options{Causal: true, Workers: sw.cfg.workers})
+	// The mechanism's own rule (FallbackOf) is Forward's and need not be
+	// its decoder's (reformer's never falls back): only a decoder that
+	// says so itself, for a step of one position onto n, marks the row.
+	if f, ok := d.(attn.Fallbacker); ok {
+		step := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: 1, M: n + 1, D: s.D}
+		row.Fallback = f.Fallback(step, attn.Options{Causal: true, Workers: sw.cfg.workers})
+	}
 	if err := sw.measure(ctx, row, step); err != nil || row.Skipped != "" {
 		return err
 	}

@@ -61,8 +61,16 @@ func (decodes) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	return stepOnly{d}, nil
 }
 
-// stepOnly hides the kvcache.Decoder's type.
+// stepOnly hides the kvcache.Decoder's type, and says it is the exact
+// fallback of some decoder for steps onto fewer than 100 positions.
 type stepOnly struct{ attn.Decoder }
+
+func (stepOnly) Fallback(s attn.Shape, o attn.Options) string {
+	if s.M < 100 {
+		return fmt.Sprintf("M = %d < 100", s.M)
+	}
+	return ""
+}
 
 var decodesEntry = registry.Entry{
 	Name: "decodes", Summary: "test double", Decode: true,
@@ -276,6 +284,10 @@ func TestBenchDecodeMechanisms(t *testing.T) {
 		}
 		if (r.Mech == "exact") != (r.GBps > 0) {
 			t.Errorf("%s n=%d: GBps %g", r.Mech, r.N, r.GBps)
+		}
+		// Only the decoder's own word marks a decode row.
+		if want := map[bool]string{true: "M = 41 < 100"}[r.Mech == "decodes" && r.N == 40]; r.Fallback != want {
+			t.Errorf("%s n=%d: fallback %q, want %q", r.Mech, r.N, r.Fallback, want)
 		}
 		if r.Mech == "window" {
 			want, _ := registry.Effective("window", nil, true)
