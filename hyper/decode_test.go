@@ -640,3 +640,20 @@ func TestPicksUniform(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderFallback checks the decoder's own account of when it is
+// exact against older, the rule the step follows.
+func TestDecoderFallback(t *testing.T) {
+	a := newAttention(t, Config{Block: 4, Samples: 3, Projs: 3, Min: 30, Seed: 1})
+	dec, err := a.NewDecoder(attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dec.(*Decoder)
+	for _, m := range []int{1, 4, 29, 30, 31, 100} {
+		why := d.Fallback(attn.Shape{B: 1, H: 2, HKV: 1, N: 1, M: m, D: 5}, attn.Options{Causal: true})
+		if (why != "") != (d.older(m) == 0) {
+			t.Errorf("M = %d: Fallback %q, but older = %d", m, why, d.older(m))
+		}
+	}
+}
