@@ -530,3 +530,33 @@ func TestActivations(t *testing.T) {
 		t.Errorf("layer out of range: %v", err)
 	}
 }
+
+// TestDecodeFallback checks that a model reports its decoders' fallbacks,
+// not Forward's: Performer's decoder approximates below min, where its
+// Forward is exact; HyperAttention's decoder is exact below min.
+func TestDecodeFallback(t *testing.T) {
+	cfg := testConfigs[0]
+	for _, c := range []struct {
+		spec            string
+		forward, decode bool // whether each falls back at n = 50
+	}{
+		{"performer:features=16", true, false},
+		{"hyper:min=64", true, true},
+		{"hyper:min=0,block=8,samples=8", false, false},
+		{"window:left=4", false, false},
+	} {
+		ps, err := ParsePatch(c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := randomModel(t, cfg, 3, Options{Patches: ps})
+		for l := range cfg.Layers {
+			if got := m.Fallback(l, 50) != ""; got != c.forward {
+				t.Errorf("%s layer %d: Fallback = %q, want fallback %v", c.spec, l, m.Fallback(l, 50), c.forward)
+			}
+			if got := m.DecodeFallback(l, 50) != ""; got != c.decode {
+				t.Errorf("%s layer %d: DecodeFallback = %q, want fallback %v", c.spec, l, m.DecodeFallback(l, 50), c.decode)
+			}
+		}
+	}
+}

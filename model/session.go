@@ -105,3 +105,25 @@ func (m *Model) Activations(ctx context.Context, tokens []int, l int) (s attn.Sh
 	}
 	return s, q, k, v, out, err
 }
+
+// DecodeFallback returns why layer l's decoder attends exactly, rather
+// than by its mechanism's rule, at a step whose query sees n positions
+// (itself included), or "" when it approximates or the layer is exact to
+// begin with. It is the decoder's own account (attn.Fallbacker), which
+// need not be Forward's: Performer's and Reformer's decoders never fall
+// back, HyperAttention's is exact below its min.
+func (m *Model) DecodeFallback(l, n int) string {
+	if !m.Patched(l) || n <= 0 {
+		return ""
+	}
+	c := m.cfg
+	d, err := registry.NewDecoder(m.mechs[l], attn.DecodeConfig{B: 1, H: c.Heads, HKV: c.KVHeads, D: c.HeadDim(), Workers: m.workers})
+	if err != nil {
+		return ""
+	}
+	f, ok := d.(attn.Fallbacker)
+	if !ok {
+		return ""
+	}
+	return f.Fallback(attn.Shape{B: 1, H: c.Heads, HKV: c.KVHeads, N: 1, M: n, D: c.HeadDim()}, attn.Options{Causal: true, Workers: m.workers})
+}

@@ -53,7 +53,9 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintln(stderr, "model:", describeModel(mf.model, m))
 	if patched != nil {
 		fmt.Fprintln(stderr, "patch:", patchSummary(mf.patches))
-		printLines(stderr, layerFallbacks(patched, patched.Config().Layers, len(ids), 0))
+		// Generation runs every layer through its decoder, whose rule
+		// (and fallback) need not be Forward's.
+		printLines(stderr, layerFallbacks(decodeLayers{patched}, patched.Config().Layers, len(ids), 0))
 	}
 	// The prompt as the tokenizer sees it, then each token as it comes.
 	if _, err := io.WriteString(stdout, tok.Decode(ids)); err != nil {
@@ -74,3 +76,8 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stderr, "decode:  %d tokens in %v (%.1f tokens/s), stopped by %s\n", st.Generated, st.Decode.Round(10e3), st.DecodeRate(), st.Stop)
 	return nil
 }
+
+// decodeLayers reports a model's fallbacks as its decoders see them.
+type decodeLayers struct{ *model.Model }
+
+func (d decodeLayers) Fallback(l, n int) string { return d.DecodeFallback(l, n) }
