@@ -19,16 +19,6 @@ import (
 // enough that the packages' size arithmetic cannot overflow.
 const maxLen = 1 << 40
 
-// The defaults below without a package constant behind them.
-const (
-	defaultDilation = 1 // TODO(lead): package constant (sparse)
-	// TODO(lead): package constants (sparse.BigBirdConfig's 64, 3, 2, 3).
-	defaultBigBirdBlock, defaultBigBirdWindow, defaultBigBirdGlobals, defaultBigBirdRandom = 64, 3, 2, 3
-)
-
-// defaultLongformerGlobals is the globals of a nil LongformerConfig.Globals.
-var defaultLongformerGlobals = []int{0} // TODO(lead): package constant (sparse)
-
 // windowParams are the left and right sides of window and longformer.
 func windowParams() []Param {
 	return []Param{
@@ -78,7 +68,7 @@ var entries = []Entry{
 		Name:    "window",
 		Summary: "sliding window: keys [p-left, p+right], every dilation-th (package sparse)",
 		Params: append(windowParams(),
-			intParam("dilation", defaultDilation, 1, maxLen, "step between visible keys")),
+			intParam("dilation", sparse.DefaultDilation, 1, maxLen, "step between visible keys")),
 		Sweeps:   []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
 		Scaled:   windowBudget,
 		Causal:   true,
@@ -149,7 +139,7 @@ var entries = []Entry{
 		Name:    "longformer",
 		Summary: "Longformer: sliding window plus global tokens (package sparse)",
 		Params: append(windowParams(),
-			intsParam("globals", defaultLongformerGlobals, 0, maxLen, "comma-separated global token positions, each below M (empty: none)")),
+			intsParam("globals", sparse.DefaultGlobals(), 0, maxLen, "comma-separated global token positions, each below M (empty: none)")),
 		Sweeps:   []Sweep{{Params: []string{"left", "right"}, Values: pow2(16, 512), Unit: "keys each side"}},
 		Scaled:   longformerBudget,
 		Causal:   true,
@@ -177,10 +167,10 @@ var entries = []Entry{
 		Name:    "bigbird",
 		Summary: "BigBird: window, global and random blocks, random blocks from -seed (package sparse)",
 		Params: []Param{
-			intParam("block", defaultBigBirdBlock, 1, maxLen, "block size (tokens)"),
-			intParam("window", defaultBigBirdWindow, 0, maxLen, "window blocks: the query's block and its neighbours (3: block ±1)"),
-			intParam("globals", defaultBigBirdGlobals, 0, maxLen, "leading global blocks: they see and are seen by all"),
-			intParam("random", defaultBigBirdRandom, 0, maxLen, "random blocks per query block (causal: from the past only)"),
+			intParam("block", sparse.DefaultBigBirdBlock, 1, maxLen, "block size (tokens)"),
+			intParam("window", sparse.DefaultBigBirdWindow, 0, maxLen, "window blocks: the query's block and its neighbours (3: block ±1)"),
+			intParam("globals", sparse.DefaultBigBirdGlobals, 0, maxLen, "leading global blocks: they see and are seen by all"),
+			intParam("random", sparse.DefaultBigBirdRandom, 0, maxLen, "random blocks per query block (causal: from the past only)"),
 		},
 		Sweeps: []Sweep{
 			{Params: []string{"window"}, Values: []int{1, 3, 5, 9, 17}, Unit: "blocks"},

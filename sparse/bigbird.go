@@ -143,6 +143,16 @@ func (bb *BigBird) KeyRanges(dst []flash.Range, p0, p1, m int) []flash.Range {
 	return appendRanges(dst, cands, m)
 }
 
+// The defaults of a zero BigBirdConfig: BigBird's block of 64 tokens, 3
+// window blocks (the query's and its neighbours), 2 global and 3 random
+// blocks.
+const (
+	DefaultBigBirdBlock   = 64
+	DefaultBigBirdWindow  = 3
+	DefaultBigBirdGlobals = 2
+	DefaultBigBirdRandom  = 3
+)
+
 // BigBirdConfig configures the "bigbird" mechanism. Counts are in blocks.
 type BigBirdConfig struct {
 	// Block is the block size in tokens; 0 means 64.
@@ -166,10 +176,10 @@ type BigBirdConfig struct {
 // length, plus O(M) for each row of a global block.
 func NewBigBird(cfg BigBirdConfig) (*Attention, error) {
 	if cfg.Block == 0 {
-		cfg.Block = 64
+		cfg.Block = DefaultBigBirdBlock
 	}
 	if cfg.Window == 0 && cfg.Globals == 0 && cfg.Random == 0 {
-		cfg.Window, cfg.Globals, cfg.Random = 3, 2, 3
+		cfg.Window, cfg.Globals, cfg.Random = DefaultBigBirdWindow, DefaultBigBirdGlobals, DefaultBigBirdRandom
 	}
 	for _, c := range []struct {
 		name   string

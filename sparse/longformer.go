@@ -64,6 +64,10 @@ func (lf *Longformer) KeyRanges(dst []flash.Range, p0, p1, m int) []flash.Range 
 	return appendRanges(dst, cands, m)
 }
 
+// DefaultGlobals returns the global positions of a nil
+// LongformerConfig.Globals: position 0, a leading classification token.
+func DefaultGlobals() []int { return []int{0} }
+
 // LongformerConfig configures the "longformer" mechanism.
 type LongformerConfig struct {
 	// Left and Right are the window's keys before and after each query
@@ -98,7 +102,7 @@ func NewLongformer(cfg LongformerConfig) (*Attention, error) {
 	if err := validate("NewLongformer", "Right", cfg.Right, 0); err != nil {
 		return nil, err
 	}
-	globals := []int{0}
+	globals := DefaultGlobals()
 	if cfg.Globals != nil {
 		globals = slices.Clone(cfg.Globals)
 		for _, g := range globals {

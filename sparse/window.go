@@ -91,6 +91,9 @@ type WindowConfig struct {
 // zero LongformerConfig use.
 const DefaultWindow = 64
 
+// DefaultDilation is the dilation of a zero WindowConfig: every key.
+const DefaultDilation = 1
+
 // NewWindow returns the "window" mechanism: sliding-window attention as in
 // Longformer's local attention and Mistral's sliding window. Per query row
 // it costs O((Left+Right)/Dilation + T) key reads and products, where T is
@@ -100,7 +103,7 @@ func NewWindow(cfg WindowConfig) (*Attention, error) {
 		cfg.Left, cfg.Right = DefaultWindow, DefaultWindow
 	}
 	if cfg.Dilation == 0 {
-		cfg.Dilation = 1
+		cfg.Dilation = DefaultDilation
 	}
 	for _, c := range []struct {
 		name   string
