@@ -112,10 +112,10 @@ func bigbirdBudget(n, _ int) Budget {
 }
 
 func reformerBudget(n, _ int) Budget {
-	// Causal, a query sees about half of its chunk and of the one before
-	// in each round: about bucket keys a round.
-	b := max(1, n/16)
-	return Budget{[]string{"hashes=2", "bucket=" + itoa(b), "min=0"}, "2 hashes, bucket = n/16", float64(2 * b)}
+	// Causal, a query sees the window's latest keys and, in each round,
+	// up to 2·bucket latest keys of its bucket: 2·2·n/48 + n/24 = n/8.
+	b, w := max(1, n/48), max(1, n/24)
+	return Budget{[]string{"hashes=2", "bucket=" + itoa(b), "window=" + itoa(w), "min=0"}, "2 hashes, bucket = n/48, window = n/24", float64(4*b + w)}
 }
 
 func performerBudget(n, _ int) Budget {

@@ -281,10 +281,11 @@ var entries = []Entry{
 	},
 	{
 		Name:    "reformer",
-		Summary: "Reformer LSH attention: angular LSH, sorted chunks, rounds merged by lse (package reformer)",
+		Summary: "Reformer LSH attention: angular LSH, sorted chunks, rounds merged by lse; causal: a prefix-safe rule per query (package reformer)",
 		Params: []Param{
 			intParam("hashes", reformer.DefaultHashes, 1, reformer.MaxHashes, "hash rounds; more rounds see more keys"),
-			intParam("bucket", reformer.DefaultBucket, 1, reformer.MaxBucket, "chunk size (tokens): a query attends to its chunk and the previous one, at most 2·bucket keys per round"),
+			intParam("bucket", reformer.DefaultBucket, 1, reformer.MaxBucket, "chunk size (tokens): a query attends to its chunk and the previous one, at most 2·bucket keys per round; causal: the 2·bucket latest keys of its bucket per round"),
+			intParam("window", 0, 0, reformer.MaxWindow, "causal: the latest keys every query also sees (tokens); 0: bucket"),
 			{
 				Name: "buckets", Kind: KindInt, Lo: 0, Hi: reformer.MaxBuckets,
 				Default: "0", CausalDefault: strconv.Itoa(reformer.DefaultCausalBuckets),
@@ -299,6 +300,7 @@ var entries = []Entry{
 			},
 			enumParam("qk", "separate", []string{"separate", "shared"}, "separate, or shared: keys are the queries normalised to unit length (needs N == M and H == Hkv; implies self=exclude)"),
 			enumParam("self", "keep", []string{"keep", "exclude"}, "keep, or exclude: a query skips the key at its own position unless it sees no other"),
+			enumParam("causal", "strict", []string{"strict", "nonstrict"}, "strict: outputs depend on the prefix only (the decoders' rule); nonstrict: the sorted chunks of all positions, NOT prefix-safe (later tokens change earlier outputs)"),
 		},
 		Sweeps: []Sweep{
 			{Params: []string{"hashes"}, Values: pow2(1, 8), Fixed: []string{"min=0"}, Unit: "hash rounds"},
@@ -331,6 +333,14 @@ var entries = []Entry{
 				return nil, err
 			}
 			cfg.SharedQK, cfg.ExcludeSelf = qk == "shared", self == "exclude"
+			if cfg.Window, err = p.Int("window"); err != nil {
+				return nil, err
+			}
+			causal, err := p.String("causal")
+			if err != nil {
+				return nil, err
+			}
+			cfg.NonStrictCausal = causal == "nonstrict"
 			return reformer.New(cfg)
 		},
 	},
