@@ -266,7 +266,8 @@ var entries = []Entry{
 			intParam("k", linformer.DefaultK, 1, 1<<20, "projected length (rows)"),
 			intParam("length", linformer.DefaultLength, 1, 1<<30, "longest key length the drawn projections cover (tokens)"),
 		},
-		Sweeps: []Sweep{{Params: []string{"k"}, Values: pow2(16, 1024), Unit: "projected rows"}},
+		Sweeps:   []Sweep{{Params: []string{"k"}, Values: pow2(16, 1024), Unit: "projected rows"}},
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			k, err := p.Int("k")
 			if err != nil {
