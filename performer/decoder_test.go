@@ -296,7 +296,7 @@ func TestDecoderErrors(t *testing.T) {
 	}
 	q, kv := make([]float32, 2*5*8), make([]float32, 5*8)
 	out := make([]float32, len(q))
-	if err := dec.Step(context.Background(), q, kv, kv, 5, nil, out, nil); !errors.Is(err, attn.ErrInput) || dec.Len(0) != 0 {
+	if err := dec.Step(context.Background(), q, kv, kv, 5, nil, out, nil); !errors.Is(err, attn.ErrFull) || dec.Len(0) != 0 {
 		t.Errorf("5 positions past MaxLen = 4: %v, Len %d", err, dec.Len(0))
 	}
 	if err := dec.Step(context.Background(), q, kv, kv, 5, []int{4}, out, nil); err != nil || dec.Len(0) != 4 {
