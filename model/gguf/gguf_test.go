@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -257,6 +258,9 @@ func TestReadErrors(t *testing.T) {
 	}
 }
 
+// FuzzRead: no input panics, every error wraps ErrFormat or
+// ErrUnsupported, and reading a file and all its tensors allocates at
+// most a fixed multiple of its size.
 func FuzzRead(f *testing.F) {
 	kv, ts := sample()
 	var buf bytes.Buffer
@@ -266,17 +270,42 @@ func FuzzRead(f *testing.F) {
 	Write(&buf, kv[:2], ts[2:3])
 	f.Add(buf.Bytes())
 	f.Add([]byte("GGUF\x03\x00\x00\x00"))
+	// One small tensor of every quantised type, from random bytes.
+	rng := rand.New(rand.NewPCG(5, 6))
+	var qs []Tensor
+	for _, s := range qspecs {
+		qs = append(qs, Tensor{Name: s.t.String(), Dims: []uint64{uint64(s.n)}, Type: s.t, Raw: randomBlocks(rng, s.t, s.n)})
+	}
+	buf.Reset()
+	Write(&buf, kv[:1], qs)
+	f.Add(buf.Bytes())
+	f.Add(rawFile(nil, []rawInfo{{"a", []uint64{256, 4}, Q2_K, 0}, {"b", []uint64{256, 4}, Q2_K, 0}}, make([]byte, 336)))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
 		r, err := Read(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			if !errors.Is(err, ErrFormat) && !errors.Is(err, attn.ErrUnsupported) {
 				t.Fatalf("error %v wraps neither ErrFormat nor ErrUnsupported", err)
 			}
+			if len(err.Error()) > 1000 {
+				t.Fatalf("error of %d bytes", len(err.Error()))
+			}
 			return
+		}
+		if n := decodedBytes(r); n > maxExpansion*uint64(len(data)) {
+			t.Fatalf("%d bytes decode to %d", len(data), n)
 		}
 		r.Describe()
 		for _, ti := range r.Tensors {
-			r.ReadTensor(ti.Name)
+			if _, err := r.ReadTensor(ti.Name); err != nil && ti.Type.Readable() {
+				t.Fatalf("tensor %q of %v: %v", ti.Name, ti.Type, err)
+			}
+		}
+		runtime.ReadMemStats(&ms)
+		if used := ms.TotalAlloc - before; used > 64*uint64(len(data))+1<<20 {
+			t.Fatalf("%d bytes allocated %d", len(data), used)
 		}
 	})
 }

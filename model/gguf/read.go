@@ -81,7 +81,8 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size %d", attn.ErrInput, size)
 	}
-	d := &decoder{r: bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 64<<10), size: size}
+	// A small file gets a small buffer: reading costs memory in proportion.
+	d := &decoder{r: bufio.NewReaderSize(io.NewSectionReader(r, 0, size), int(min(size, 64<<10))), size: size}
 	f := &File{r: r, size: size, keys: map[string]int{}, byName: map[string]int{}}
 	magic := d.bytes(4)
 	if d.err != nil {
