@@ -39,11 +39,15 @@ const (
 	keyAttention = "attn.attention"
 )
 
-// ReadGGUF reads a llama-architecture GGUF file: the weights (F32, F16,
-// BF16 or Q8_0, widened to float32) and, when the file holds one, the
-// tokenizer (nil otherwise). Other architectures, mixtures of experts,
-// rope scaling, partial rotary embeddings and quantisations other than
-// Q8_0 are errors wrapping attn.ErrUnsupported; missing or misshapen
+// ReadGGUF reads a llama-architecture GGUF file: the weights and, when the
+// file holds one, the tokenizer (nil otherwise). The weights may be F32,
+// F16, BF16 or any quantised type package gguf decodes (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS); they are dequantised to
+// float32 once, as ggml does, at load, so the model takes 4 bytes per
+// weight in memory whatever the file's type. Other architectures,
+// mixtures of experts, rope scaling, partial rotary embeddings and tensor
+// types gguf does not decode are errors wrapping attn.ErrUnsupported;
+// missing or misshapen
 // tensors, tensors the architecture does not have and non-finite weights
 // wrap ErrFormat (or gguf.ErrFormat for a malformed container).
 func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error) {
