@@ -686,3 +686,55 @@ func TestQuantRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantLiteral decodes blocks whose bytes are spelled out, against
+// values worked out by hand from ggml-common.h's layouts.
+func TestDequantLiteral(t *testing.T) {
+	type want struct {
+		i int
+		v float32
+	}
+	negZero := float32(math.Copysign(0, -1))
+	blk := func(n int, set map[int]byte) []byte {
+		b := make([]byte, n)
+		for o, v := range set {
+			b[o] = v
+		}
+		return b
+	}
+	for _, c := range []struct {
+		t    TensorType
+		raw  []byte
+		want []want
+	}{
+		// d = 2; qh bits 0, 16 and 31; qs[0] = 0x21, qs[15] = 0xf0.
+		{Q5_0, blk(22, map[int]byte{1: 0x40, 2: 0x01, 4: 0x01, 5: 0x80, 6: 0x21, 21: 0xf0}),
+			[]want{{0, 2 * 1}, {16, 2 * 2}, {15, 2 * -16}, {31, 2 * 15}, {1, 2 * -16}}},
+		// d = 1, dmin = 0.5; sub-block scales/mins 3/1, 2/4, and for
+		// sub-block 4 (upper bits in scales[0]) 17/2.
+		{Q4_K, blk(144, map[int]byte{1: 0x3c, 3: 0x38, 4: 0x43, 5: 0x02, 8: 0x01, 9: 0x04, 12: 0x21, 16: 0x79, 16 + 64: 0x05}),
+			[]want{{0, 3*9 - 0.5}, {1, -0.5}, {32, 2*7 - 2}, {128, 17*5 - 1}, {160, 0}}},
+		// d = 0.5; scales −3, 1, 5 and 0 for sub-blocks 0, 1, 2 and 4;
+		// value 64 is (0.5·0)·(−30), a negative zero.
+		{Q6_K, blk(210, map[int]byte{209: 0x38, 192: 0xfd, 193: 1, 194: 5, 0: 0x2a, 128: 0x09}),
+			[]want{{0, 0.5 * -3 * -6}, {16, 0.5 * 1 * -32}, {32, 0}, {64, negZero}}},
+		// d = 1; sub-block 0 scale 37−32, sub-block 2 scale −32, sub-block
+		// 8 scale (3 | 1<<4)−32; high bits of values 0 and 128 set.
+		{Q3_K, blk(110, map[int]byte{109: 0x3c, 96: 0x35, 104: 0x12, 0: 0x11, 32: 0x01, 64: 0x03}),
+			[]want{{0, 5 * 1}, {1, 5 * -4}, {32, -32 * -4}, {128, -13 * 3}}},
+		// d = 1; sub-block scales 33−32 and 3−32.
+		{IQ4_XS, blk(136, map[int]byte{1: 0x3c, 2: 0x02, 4: 0x31, 8: 0xf0, 24: 0x08}),
+			[]want{{0, -127}, {16, 113}, {32, -29 * 1}, {48, -29 * -127}}},
+	} {
+		vals, _, _ := c.t.BlockSize()
+		got := make([]float32, vals)
+		if err := Decode(got, c.raw, c.t); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if math.Float32bits(got[w.i]) != math.Float32bits(w.v) {
+				t.Errorf("%v value %d = %v, want %v", c.t, w.i, got[w.i], w.v)
+			}
+		}
+	}
+}
