@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/attnkit/attn"
@@ -145,30 +146,77 @@ func (l *Linformer) Projections(m int) (e, f []float32, err error) {
 	return e, f, nil
 }
 
+// SetProjections replaces the first m rows of E and F with e and f, each
+// m×k row-major as Projections returns them: the step by which a model
+// that trains E and F (see BackwardProjections) installs its updated
+// parameters. Rows past m are kept; drawn ones stay those of the seed's
+// streams, so a drawn row j is the same whether or not earlier rows were
+// set. m must be in [0, Length], len(e) and len(f) must be m·k and every
+// entry finite; nothing changes on an error.
+//
+// Calls in flight keep the projections they started with: the new rows go
+// into new matrices rather than over the old ones. A backward pass must use
+// the E and F of its forward pass, so a model sets them between steps,
+// not between a Forward and its Backward.
+func (l *Linformer) SetProjections(m int, e, f []float32) error {
+	if m < 0 || m > l.n {
+		return fmt.Errorf("%w: linformer: %d projection rows of %d", attn.ErrInput, m, l.n)
+	}
+	if len(e) != m*l.k || len(f) != m*l.k {
+		return fmt.Errorf("%w: linformer: len(E) = %d, len(F) = %d, want m·k = %d·%d", attn.ErrShape, len(e), len(f), m, l.k)
+	}
+	for _, x := range [][]float32{e, f} {
+		for _, v := range x {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("%w: linformer: projection entry %v", attn.ErrInput, v)
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.draw(m)
+	set := func(dst, src []float32) []float32 {
+		dst = slices.Clone(dst)
+		for j := range m {
+			copy(dst[j*l.kp:j*l.kp+l.k], src[j*l.k:(j+1)*l.k])
+		}
+		return dst
+	}
+	l.e, l.f = set(l.e, e), set(l.f, f)
+	return nil
+}
+
 // projections returns the first m rows of E and F, [m][kp], drawing rows
-// up to m if need be. Rows, once drawn, never change, so the slices stay
-// valid after later draws reallocate.
+// up to m if need be. Rows that a caller may hold are never written over
+// (later draws append, SetProjections copies), so the slices stay valid
+// and unchanged for the whole of a call.
 func (l *Linformer) projections(m int) (e, f []float32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.rows < m {
-		// Row j is always the j-th row drawn from each stream, so drawing
-		// lazily gives exactly the matrices of an eager draw.
-		sd := 1 / math.Sqrt(float64(l.k))
-		grow := func(x []float32, rng *rand.Rand) []float32 {
-			x = append(x, make([]float32, (m-l.rows)*l.kp)...)
-			for j := l.rows; j < m; j++ {
-				for p := range l.k {
-					x[j*l.kp+p] = float32(rng.NormFloat64() * sd)
-				}
-			}
-			return x
-		}
-		l.e = grow(l.e, l.rngE)
-		l.f = grow(l.f, l.rngF)
-		l.rows = m
-	}
+	l.draw(m)
 	return l.e[:m*l.kp], l.f[:m*l.kp]
+}
+
+// draw draws rows of E and F up to m, with l.mu held.
+func (l *Linformer) draw(m int) {
+	if l.rows >= m {
+		return
+	}
+	// Row j is always the j-th row drawn from each stream, so drawing
+	// lazily gives exactly the matrices of an eager draw.
+	sd := 1 / math.Sqrt(float64(l.k))
+	grow := func(x []float32, rng *rand.Rand) []float32 {
+		x = append(x, make([]float32, (m-l.rows)*l.kp)...)
+		for j := l.rows; j < m; j++ {
+			for p := range l.k {
+				x[j*l.kp+p] = float32(rng.NormFloat64() * sd)
+			}
+		}
+		return x
+	}
+	l.e = grow(l.e, l.rngE)
+	l.f = grow(l.f, l.rngF)
+	l.rows = m
 }
 
 // Forward writes Linformer attention of q, k, v into out and, when lse is
@@ -181,20 +229,40 @@ func (l *Linformer) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
 		return err
 	}
+	if err := l.supports(s, o); err != nil {
+		return err
+	}
+	e, f := l.projections(s.M)
+	ps, kp, vp, po, err := l.projected(ctx, s, k, v, o, e, f)
+	if err != nil {
+		return err
+	}
+	return l.exact.Forward(ctx, ps, q, kp, vp, po, out, lse)
+}
+
+// supports refuses what Linformer cannot compute: causal attention and
+// keys beyond the projections.
+func (l *Linformer) supports(s attn.Shape, o attn.Options) error {
 	if o.Causal {
 		return fmt.Errorf("%w: linformer cannot be causal: every projected key mixes keys from the whole sequence, later ones included", attn.ErrUnsupported)
 	}
 	if s.M > l.n {
 		return fmt.Errorf("%w: linformer: key length M = %d exceeds the projection length %d", attn.ErrUnsupported, s.M, l.n)
 	}
-	e, f := l.projections(s.M)
-	ps := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: l.k, D: s.D}
-	kp := make([]float32, ps.KVLen())
-	vp := make([]float32, ps.KVLen())
+	return nil
+}
+
+// projected returns the exact attention that Linformer is on shape s: its
+// shape ps (k keys), the projected keys and values K' = Eᵀ·K and
+// V' = Fᵀ·V over each batch row's valid keys, and its options po.
+func (l *Linformer) projected(ctx context.Context, s attn.Shape, k, v []float32, o attn.Options, e, f []float32) (ps attn.Shape, kp, vp []float32, po attn.Options, err error) {
+	ps = attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: l.k, D: s.D}
+	kp = make([]float32, ps.KVLen())
+	vp = make([]float32, ps.KVLen())
 
 	pairs := s.B * s.HKV
 	workers := o.WorkerCount(runtime.GOMAXPROCS(0), pairs)
-	err := parallel.For(ctx, workers, pairs,
+	err = parallel.For(ctx, workers, pairs,
 		func() *projector { return newProjector(s.D, l.kp) },
 		func(pr *projector, n int) error {
 			b := n / s.HKV
@@ -206,10 +274,10 @@ func (l *Linformer) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 			return nil
 		})
 	if err != nil {
-		return err
+		return ps, nil, nil, po, err
 	}
 
-	po := attn.Options{Scale: o.ScaleFor(s.D), Workers: o.Workers}
+	po = attn.Options{Scale: o.ScaleFor(s.D), Workers: o.Workers}
 	for b := range s.B {
 		if o.KeyEnd(s, b) == 0 {
 			// A row with no valid key has nothing to project: it sees
@@ -223,7 +291,7 @@ func (l *Linformer) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 			po.KVLen[b] = 0
 		}
 	}
-	return l.exact.Forward(ctx, ps, q, kp, vp, po, out, lse)
+	return ps, kp, vp, po, nil
 }
 
 // projector is one worker's scratch for computing Pᵀ·X over the valid
