@@ -44,12 +44,27 @@
 // exact attention over k keys (package flash), 4·B·H·N·k·D; extra memory
 // 2·B·Hkv·k·D for K', V' and O(workers·D·(k+256)) scratch.
 //
-// On the reference machine (2 cores, AMD EPYC Zen 3, AVX2; B=1, H=8, D=64,
-// k=256) exact attention time over Linformer time (BenchmarkForward, best
-// of repeated runs):
+// Exact attention costs 4·B·H·N·M·D flops, so with N = M and as many kv
+// heads as query heads Linformer takes fewer once the length passes 2k;
+// BenchmarkForward compares the two across lengths.
 //
-//	n        256    512    1024   2048   4096
-//	ratio    0.4    1.0    2.1    4.2    7.7
+// # Gradients and training
+//
+// Backward (attn.Differentiable) gives the gradients with respect to Q, K
+// and V: exact attention's backward pass over the k projected keys,
+// carried back through the projections (dK = E·dK', dV = F·dV'), padded
+// keys getting 0. It costs about twice the forward pass's projections
+// (it recomputes K' and V' rather than keeping them) plus exact
+// attention's backward over k keys.
+//
+// BackwardProjections adds the gradients with respect to E and F, which
+// is what makes them trainable parameters of a model: dE = Σ K·dK'ᵀ and
+// dF = Σ V·dV'ᵀ, M×k like the rows Projections(M) returns, summed over
+// batch rows and kv heads as one E and one F serve them all. A model
+// keeps E and F as parameters (from Projections or a checkpoint), runs
+// Forward and BackwardProjections, updates them and installs them with
+// SetProjections before the next step; calls in flight keep the
+// projections they started with.
 //
 // # Errors
 //
