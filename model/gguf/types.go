@@ -191,6 +191,9 @@ const readableNames = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
 // errUnsupportedType is the error for data of a type this package does not
 // decode.
 func errUnsupportedType(name string, t TensorType) error {
+	if name == "" {
+		return fmt.Errorf("%w: gguf: type %v is not decoded; readable: %s", attn.ErrUnsupported, t, readableNames)
+	}
 	return fmt.Errorf("%w: gguf: tensor %q has type %v; readable: %s", attn.ErrUnsupported, clip(name), t, readableNames)
 }
 
