@@ -88,6 +88,16 @@ type Decoder interface {
 	Reset()
 }
 
+// Appender is implemented by decoders that can take positions without
+// attending their queries: a prompt whose outputs were computed elsewhere
+// (exact prefill, then sparse decode, as the long-context decoding papers
+// do) or are not needed (a benchmark filling a cache). k and v are
+// [B][Hkv][n][D]; valid as for Step. What a later Step sees is as if the
+// positions had gone through Step.
+type Appender interface {
+	Append(ctx context.Context, k, v []float32, n int, valid []int) error
+}
+
 // Decodable is implemented by mechanisms with an incremental decoder. A
 // mechanism that cannot decode at all (or not with cfg) returns an error
 // wrapping ErrUnsupported that says why.
@@ -122,6 +132,36 @@ func FallbackOf(m Mechanism, s Shape, o Options) string {
 	return ""
 }
 
+// CheckAppend validates the arguments of Appender.Append against cfg.
+func (c DecodeConfig) CheckAppend(k, v []float32, n int, valid []int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: append of %d positions, want > 0", ErrInput, n)
+	}
+	s := Shape{B: c.B, H: c.H, HKV: c.HKV, N: n, M: n, D: c.D}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if len(k) != s.KVLen() || len(v) != s.KVLen() {
+		return fmt.Errorf("%w: append of %d positions: len(k) = %d, len(v) = %d, want B·Hkv·n·D = %d", ErrShape, n, len(k), len(v), s.KVLen())
+	}
+	return c.checkValid(n, valid)
+}
+
+func (c DecodeConfig) checkValid(n int, valid []int) error {
+	if valid == nil {
+		return nil
+	}
+	if len(valid) != c.B {
+		return fmt.Errorf("%w: %d valid counts for B = %d sequences", ErrShape, len(valid), c.B)
+	}
+	for b, x := range valid {
+		if x < 0 || x > n {
+			return fmt.Errorf("%w: valid count %d of sequence %d is outside [0, %d]", ErrInput, x, b, n)
+		}
+	}
+	return nil
+}
+
 // CheckStep validates the arguments of Decoder.Step against cfg; decoders
 // call it first so that every one rejects bad input the same way.
 func (c DecodeConfig) CheckStep(q, k, v []float32, n int, valid []int, out, lse []float32) error {
@@ -135,15 +175,5 @@ func (c DecodeConfig) CheckStep(q, k, v []float32, n int, valid []int, out, lse 
 	if out == nil {
 		return fmt.Errorf("%w: out is nil", ErrShape)
 	}
-	if valid != nil {
-		if len(valid) != c.B {
-			return fmt.Errorf("%w: %d valid counts for B = %d sequences", ErrShape, len(valid), c.B)
-		}
-		for b, x := range valid {
-			if x < 0 || x > n {
-				return fmt.Errorf("%w: valid count %d of sequence %d is outside [0, %d]", ErrInput, x, b, n)
-			}
-		}
-	}
-	return nil
+	return c.checkValid(n, valid)
 }

@@ -138,7 +138,7 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 		end := d.lens[b] + count(b)
 		switch {
 		case cfg.MaxLen > 0 && end > cfg.MaxLen:
-			return fmt.Errorf("%w: hyper: sequence %d would hold %d positions, MaxLen = %d", attn.ErrInput, b, end, cfg.MaxLen)
+			return fmt.Errorf("%w: hyper: sequence %d would hold %d positions, MaxLen = %d", attn.ErrFull, b, end, cfg.MaxLen)
 		case end > math.MaxInt32:
 			return fmt.Errorf("%w: hyper: sequence %d would hold %d positions, past 2^31-1", attn.ErrUnsupported, b, end)
 		}
@@ -227,7 +227,7 @@ type decodeScratch struct {
 	ranks    []int32   // the samples' ranks among the sorted older keys
 	sampPos  []int32   // their positions
 	kS       []float32 // their key rows
-	acc      []float64 // one head's output, unnormalised
+	acc      []float32 // one head's output, unnormalised
 	rowsRead int
 }
 
@@ -386,18 +386,18 @@ func (d *Decoder) head(sc *decodeScratch, hd *decodeHead, hh int, bucket uint32,
 	sum := simd.ExpSum(line, mx)
 	sc.acc = grow(sc.acc, dd)
 	clear(sc.acc)
+	// Vector multiply-adds in a fixed order: the step streams as many
+	// value rows as it reads keys, and a scalar float64 loop over them
+	// cost more than everything else in the step.
 	for t, w := range line {
 		if w == 0 {
 			continue
 		}
-		row := hd.v[int(pos[t])*dd:][:dd]
-		for c, x := range row {
-			sc.acc[c] += float64(w) * float64(x)
-		}
+		simd.Axpy(w, hd.v[int(pos[t])*dd:][:dd], sc.acc)
 	}
-	inv := 1 / float64(sum)
+	inv := 1 / sum
 	for c := range out {
-		out[c] = float32(sc.acc[c] * inv)
+		out[c] = sc.acc[c] * inv
 	}
 	if lse != nil {
 		*lse = mx + float32(math.Log(float64(sum)))

@@ -533,8 +533,8 @@ func TestDecoderState(t *testing.T) {
 		t.Errorf("Bytes %d below the keys and values stored", bytes)
 	}
 	// Past MaxLen: an error and nothing appended, to either sequence.
-	if _, err := run(dec, ctx, 11, nil, 2); !errors.Is(err, attn.ErrInput) {
-		t.Errorf("past MaxLen: got %v, want ErrInput", err)
+	if _, err := run(dec, ctx, 11, nil, 2); !errors.Is(err, attn.ErrFull) {
+		t.Errorf("past MaxLen: got %v, want ErrFull", err)
 	}
 	// Cancelled in the middle: the context's error once, nothing appended.
 	for after := range 4 {
@@ -564,8 +564,8 @@ func TestDecoderState(t *testing.T) {
 	if !slices.Equal(a1, a2) {
 		t.Errorf("after Reset the decoder differs from a fresh one")
 	}
-	if _, err := run(dec, ctx, 32, nil, 6); !errors.Is(err, attn.ErrInput) {
-		t.Errorf("to 41 positions with MaxLen 40: got %v, want ErrInput", err)
+	if _, err := run(dec, ctx, 32, nil, 6); !errors.Is(err, attn.ErrFull) {
+		t.Errorf("to 41 positions with MaxLen 40: got %v, want ErrFull", err)
 	}
 	if _, err := run(dec, ctx, 31, []int{31, 0}, 6); err != nil {
 		t.Errorf("to MaxLen exactly: %v", err)

@@ -141,3 +141,42 @@ func grow(buf []float32, n int) []float32 {
 }
 
 var _ attn.Decoder = (*Decoder)(nil)
+
+// Append implements attn.Appender: the positions are stored, nothing is
+// attended.
+func (d *Decoder) Append(ctx context.Context, k, v []float32, n int, valid []int) error {
+	cfg := d.cfg
+	if err := cfg.CheckAppend(k, v, n, valid); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	hkv, dd := cfg.HKV, cfg.D
+	count := func(b int) int {
+		if valid == nil {
+			return n
+		}
+		return valid[b]
+	}
+	// A failed append leaves every sequence as it was.
+	for b, c := range d.caches {
+		if cfg.MaxLen > 0 && cfg.Window == 0 && c.Len()+count(b) > cfg.MaxLen {
+			return fmt.Errorf("%w: sequence %d: %d + %d positions exceed MaxLen = %d", ErrFull, b, c.Len(), count(b), cfg.MaxLen)
+		}
+	}
+	for b, c := range d.caches {
+		nb := count(b)
+		if nb == 0 {
+			continue
+		}
+		d.k = compact(d.k, k[b*hkv*n*dd:], hkv, n, nb, dd)
+		d.v = compact(d.v, v[b*hkv*n*dd:], hkv, n, nb, dd)
+		if err := c.Append(d.k, d.v, nb); err != nil {
+			return fmt.Errorf("sequence %d: %w", b, err)
+		}
+	}
+	return nil
+}
+
+var _ attn.Appender = (*Decoder)(nil)

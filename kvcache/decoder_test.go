@@ -186,3 +186,44 @@ func TestDecodeWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderAppend checks that positions taken by Append are seen by the
+// next steps as if they had gone through Step.
+func TestDecoderAppend(t *testing.T) {
+	const seed = 47
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	ctx := context.Background()
+	cfg := attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 9}
+	a, _ := NewDecoder(cfg)
+	s, _ := NewDecoder(cfg)
+	const n = 13
+	q, k, v := ref.Normal(rng, 2*4*n*9), ref.Normal(rng, 2*2*n*9), ref.Normal(rng, 2*2*n*9)
+	valid := []int{13, 5}
+	if err := a.Append(ctx, k, v, n, valid); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Step(ctx, q, k, v, n, valid, make([]float32, len(q)), nil); err != nil {
+		t.Fatal(err)
+	}
+	q1, k1, v1 := ref.Normal(rng, 2*4*9), ref.Normal(rng, 2*2*9), ref.Normal(rng, 2*2*9)
+	o1, o2 := make([]float32, len(q1)), make([]float32, len(q1))
+	if err := a.Step(ctx, q1, k1, v1, 1, nil, o1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Step(ctx, q1, k1, v1, 1, nil, o2, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o1 {
+		if o1[i] != o2[i] {
+			t.Fatalf("output %d after Append %v, after Step %v", i, o1[i], o2[i])
+		}
+	}
+	if a.Len(1) != 6 {
+		t.Errorf("Len(1) = %d, want 6", a.Len(1))
+	}
+	full, _ := NewDecoder(attn.DecodeConfig{B: 1, H: 1, HKV: 1, D: 2, MaxLen: 3})
+	if err := full.Append(ctx, make([]float32, 8), make([]float32, 8), 4, nil); !errors.Is(err, attn.ErrFull) {
+		t.Errorf("past MaxLen: %v, want ErrFull", err)
+	}
+}

@@ -1,0 +1,63 @@
+package hyper
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/attnkit/attn"
+)
+
+// Append implements attn.Appender: the keys and values are stored and
+// hashed, no query is attended, so a prompt can be prefilled by Forward
+// (or not at all, when only the cache matters) and decoded from there by
+// the decode rule. A failed append leaves every sequence as it was.
+func (d *Decoder) Append(ctx context.Context, k, v []float32, n int, valid []int) error {
+	cfg := d.cfg
+	if err := cfg.CheckAppend(k, v, n, valid); err != nil {
+		return err
+	}
+	count := func(b int) int {
+		if valid == nil {
+			return n
+		}
+		return valid[b]
+	}
+	for b := range cfg.B {
+		end := d.lens[b] + count(b)
+		switch {
+		case cfg.MaxLen > 0 && end > cfg.MaxLen:
+			return fmt.Errorf("%w: hyper: sequence %d would hold %d positions, MaxLen = %d", attn.ErrFull, b, end, cfg.MaxLen)
+		case end > math.MaxInt32:
+			return fmt.Errorf("%w: hyper: sequence %d would hold %d positions, past 2^31-1", attn.ErrUnsupported, b, end)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dd := cfg.D
+	sc := d.getScratch()
+	for b := range cfg.B {
+		nb := count(b)
+		p0 := d.lens[b]
+		for kvh := range cfg.HKV {
+			hd := d.heads[b*cfg.HKV+kvh]
+			src := (b*cfg.HKV + kvh) * n * dd
+			hd.k = append(hd.k, k[src:src+nb*dd]...)
+			hd.v = append(hd.v, v[src:src+nb*dd]...)
+			hd.bucket = slices.Grow(hd.bucket, nb)[:p0+nb]
+			sc.proj = d.lsh.buckets(hd.bucket[p0:], k[src:src+nb*dd], sc.proj)
+		}
+	}
+	d.mu.Lock()
+	d.free = append(d.free, d.used...)
+	d.used = d.used[:0]
+	d.mu.Unlock()
+	for b := range cfg.B {
+		d.lens[b] += count(b)
+	}
+	return nil
+}
+
+var _ attn.Appender = (*Decoder)(nil)
