@@ -238,12 +238,7 @@ func (l *LSH) causalForward(ctx context.Context, s attn.Shape, q, k, v []float32
 	hs := newHasher(cfg.Seed, cfg.Hashes, s.D, factors)
 	scale := o.ScaleFor(s.D)
 	procs := runtime.GOMAXPROCS(0)
-	heads := make([]keyIndex, s.B*s.HKV)
-	err := parallel.For(ctx, o.WorkerCount(procs, len(heads)), len(heads), hs.rowScratch, func(proj []float32, i int) error {
-		b := i / s.HKV
-		heads[i].build(hs, k[i*s.M*s.D:][:s.M*s.D], o.KeyEnd(s, b), s.D, proj)
-		return nil
-	})
+	heads, err := buildIndexes(ctx, s, k, o, hs)
 	if err != nil {
 		return err
 	}
@@ -279,4 +274,15 @@ func (l *LSH) causalForward(ctx context.Context, s attn.Shape, q, k, v []float32
 		}
 		return nil
 	})
+}
+
+// buildIndexes files the valid keys of every (batch row, kv head) for the
+// causal rule.
+func buildIndexes(ctx context.Context, s attn.Shape, k []float32, o attn.Options, hs *hasher) ([]keyIndex, error) {
+	heads := make([]keyIndex, s.B*s.HKV)
+	err := parallel.For(ctx, o.WorkerCount(runtime.GOMAXPROCS(0), len(heads)), len(heads), hs.rowScratch, func(proj []float32, i int) error {
+		heads[i].build(hs, k[i*s.M*s.D:][:s.M*s.D], o.KeyEnd(s, i/s.HKV), s.D, proj)
+		return nil
+	})
+	return heads, err
 }

@@ -225,58 +225,89 @@ func (l *LSH) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o at
 	if err := attn.Check(s, q, k, v, out, lse, o); err != nil {
 		return err
 	}
-	cfg := l.cfg
-	if cfg.SharedQK && (s.N != s.M || s.H != s.HKV) {
-		return fmt.Errorf("%w: reformer: shared QK needs N == M and H == Hkv, got N = %d, M = %d, H = %d, Hkv = %d",
-			attn.ErrUnsupported, s.N, s.M, s.H, s.HKV)
-	}
-	if s.M > maxIndex || s.Group()*s.N > maxIndex {
-		return fmt.Errorf("%w: reformer: M = %d or H/Hkv·N = %d exceeds 2^31-1", attn.ErrUnsupported, s.M, s.Group()*s.N)
-	}
-	exact := l.falls(s, o)
-	causalRule := o.Causal && !cfg.NonStrictCausal && !exact
-	var factors []int
-	switch {
-	case causalRule:
-		factors = bucketFactors(cfg.causalBuckets())
-	case !exact:
-		t := cfg.Buckets
-		if t == 0 {
-			t = (s.M + cfg.Bucket - 1) / cfg.Bucket
-		}
-		factors = bucketFactors(t)
-	}
-	if err := checkRotation(cfg.Hashes, s.D, factors); err != nil {
+	rt, err := l.route(s, o)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if exact && !cfg.ExcludeSelf {
+	cfg := l.cfg
+	if rt.exact && !cfg.ExcludeSelf {
 		return l.exact.Forward(ctx, s, q, k, v, o, out, lse)
 	}
 	if cfg.SharedQK {
 		k = normalizedRows(q, s.D)
 	}
-	if causalRule {
-		return l.causalForward(ctx, s, q, k, v, o, factors, out, lse)
+	if rt.causalRule {
+		return l.causalForward(ctx, s, q, k, v, o, rt.factors, out, lse)
 	}
+	p := l.newPlan(s, o, q, k, v, rt)
+	p.out, p.lse = out, lse
+	return p.run(ctx)
+}
+
+// route is what a call of Forward or Backward computes, decided from the
+// shape, the options and the Config before any work.
+type route struct {
+	exact      bool  // exact attention below Min
+	causalRule bool  // the causal rule rather than sorted chunks
+	factors    []int // of the bucket count; none when exact
+}
+
+// route checks what Check does not (shared QK's shape, the index range,
+// the size of the rotations) and decides how a call of shape s runs.
+func (l *LSH) route(s attn.Shape, o attn.Options) (route, error) {
+	cfg := l.cfg
+	if cfg.SharedQK && (s.N != s.M || s.H != s.HKV) {
+		return route{}, fmt.Errorf("%w: reformer: shared QK needs N == M and H == Hkv, got N = %d, M = %d, H = %d, Hkv = %d",
+			attn.ErrUnsupported, s.N, s.M, s.H, s.HKV)
+	}
+	if s.M > maxIndex || s.Group()*s.N > maxIndex {
+		return route{}, fmt.Errorf("%w: reformer: M = %d or H/Hkv·N = %d exceeds 2^31-1", attn.ErrUnsupported, s.M, s.Group()*s.N)
+	}
+	rt := route{exact: l.falls(s, o)}
+	rt.causalRule = o.Causal && !cfg.NonStrictCausal && !rt.exact
+	switch {
+	case rt.causalRule:
+		rt.factors = bucketFactors(cfg.causalBuckets())
+	case !rt.exact:
+		t := cfg.Buckets
+		if t == 0 {
+			t = (s.M + cfg.Bucket - 1) / cfg.Bucket
+		}
+		rt.factors = bucketFactors(t)
+	}
+	if err := checkRotation(cfg.Hashes, s.D, rt.factors); err != nil {
+		return route{}, err
+	}
+	return rt, nil
+}
+
+// newPlan sets up the sorted chunks of a call that does not follow the
+// causal rule; out and lse are left for the caller to set.
+func (l *LSH) newPlan(s attn.Shape, o attn.Options, q, k, v []float32, rt route) *plan {
+	cfg := l.cfg
 	rounds, bucket := cfg.Hashes, cfg.Bucket
-	if exact {
+	if rt.exact {
 		// Exact attention under the self rule: one round, one chunk
 		// holding every key.
 		rounds, bucket = 1, s.M
 	}
 	p := &plan{
-		s: s, o: o, q: q, k: k, v: v, out: out, lse: lse,
+		s: s, o: o, q: q, k: k, v: v,
 		scale:       o.ScaleFor(s.D),
 		rounds:      rounds,
 		bucket:      bucket,
 		excludeSelf: cfg.ExcludeSelf,
 		sharedQK:    cfg.SharedQK,
-		hs:          newHasher(cfg.Seed, rounds, s.D, factors),
+		hs:          newHasher(cfg.Seed, rounds, s.D, rt.factors),
 	}
-	return p.run(ctx)
+	p.logStep = make([]float32, p.rounds)
+	for n := range p.logStep {
+		p.logStep[n] = float32(math.Log(float64(n+2)) - math.Log(float64(n+1)))
+	}
+	return p
 }
 
 // falls reports whether Forward computes exact attention for shape s
@@ -362,10 +393,6 @@ func (p *plan) run(ctx context.Context) error {
 	if p.lse == nil {
 		p.lse = make([]float32, s.LSELen())
 	}
-	p.logStep = make([]float32, p.rounds)
-	for n := range p.logStep {
-		p.logStep[n] = float32(math.Log(float64(n+2)) - math.Log(float64(n+1)))
-	}
 	procs := runtime.GOMAXPROCS(0)
 	heads := s.B * s.HKV
 	maxChunks := (s.M + p.bucket - 1) / p.bucket
@@ -383,6 +410,7 @@ func (p *plan) run(ctx context.Context) error {
 		// waits for another.
 		err = parallel.For(ctx, workers, heads, newWorker, func(w *worker, i int) error {
 			var hp headPlan
+			p.initRows(i/s.HKV, i%s.HKV)
 			p.prepare(&hp, i/s.HKV, i%s.HKV, w.proj)
 			for r := range p.rounds {
 				for c0 := 0; c0 < hp.chunks && ctx.Err() == nil; c0 += chunkRun {
@@ -417,6 +445,7 @@ func (p *plan) runByRound(ctx context.Context, procs int, newWorker func() *work
 	s := p.s
 	heads := make([]headPlan, s.B*s.HKV)
 	err := parallel.For(ctx, p.o.WorkerCount(procs, len(heads)), len(heads), newWorker, func(w *worker, i int) error {
+		p.initRows(i/s.HKV, i%s.HKV)
 		p.prepare(&heads[i], i/s.HKV, i%s.HKV, w.proj)
 		return nil
 	})
@@ -465,16 +494,10 @@ func (p *plan) keyTile() int {
 // consecutive chunks can share their gathered keys.
 func (p *plan) slidingWindow() bool { return 2*p.bucket <= maxKeyTile }
 
-// prepare hashes and sorts the keys and queries of batch row b, kv head kvh,
-// and initialises their output rows to the empty result (0, -Inf).
-func (p *plan) prepare(hp *headPlan, b, kvh int, proj []float32) {
-	s, R := p.s, p.rounds
-	g := s.Group()
-	nq := g * s.N
-	hp.b, hp.kvh = b, kvh
-	hp.keys = p.o.KeyEnd(s, b)
-	hp.chunks = (hp.keys + p.bucket - 1) / p.bucket
-
+// initRows sets the output rows of batch row b, kv head kvh (every query
+// head of its group) to the empty result: 0 and lse -Inf.
+func (p *plan) initRows(b, kvh int) {
+	s, g := p.s, p.s.Group()
 	for hl := range g {
 		row := (b*s.H + kvh*g + hl) * s.N
 		clear(p.out[row*s.D : (row+s.N)*s.D])
@@ -482,6 +505,17 @@ func (p *plan) prepare(hp *headPlan, b, kvh int, proj []float32) {
 			p.lse[row+i] = negInf
 		}
 	}
+}
+
+// prepare hashes and sorts the keys and queries of batch row b, kv head
+// kvh. It writes nothing but hp.
+func (p *plan) prepare(hp *headPlan, b, kvh int, proj []float32) {
+	s, R := p.s, p.rounds
+	g := s.Group()
+	nq := g * s.N
+	hp.b, hp.kvh = b, kvh
+	hp.keys = p.o.KeyEnd(s, b)
+	hp.chunks = (hp.keys + p.bucket - 1) / p.bucket
 	if hp.keys == 0 {
 		return
 	}

@@ -76,9 +76,16 @@ func (t *tile) reset() {
 // appendKeys gathers the keys at positions keys (sorted order) after the
 // t.nk keys of the window: K transposed, V padded, positions and chunk ids.
 func (t *tile) appendKeys(hp *headPlan, keys []int32, kBase, vBase []float32) {
-	d, dp, bk, R := t.d, t.dp, t.bk, t.rounds
 	n0 := t.nk
-	gatherKV(t.kt[n0:], bk, t.vp[n0*dp:], dp, kBase, vBase, d, keys)
+	gatherKV(t.kt[n0:], t.bk, t.vp[n0*t.dp:], t.dp, kBase, vBase, t.d, keys)
+	t.keyIDs(hp, keys, n0)
+	t.nk += len(keys)
+}
+
+// keyIDs writes the positions and the chunks in every round of the keys
+// at positions keys to the window's places from n0 on.
+func (t *tile) keyIDs(hp *headPlan, keys []int32, n0 int) {
+	bk, R := t.bk, t.rounds
 	for j, pos := range keys {
 		kp := int(pos)
 		t.kpos[n0+j] = pos
@@ -86,7 +93,6 @@ func (t *tile) appendKeys(hp *headPlan, keys []int32, kBase, vBase []float32) {
 			t.kc[i*bk+n0+j] = c
 		}
 	}
-	t.nk += len(keys)
 }
 
 // dropFront removes the first n keys of the window.
