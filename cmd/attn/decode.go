@@ -75,9 +75,10 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 // decode times one decode step of each mechanism's incremental decoder
 // (registry.NewDecoder) for each cache length n, head count and storage
 // type: the decoder is filled with n positions, then one Step appends a
-// new position and attends its query of every head to all n+1. Exact
-// attention's KV cache is filled directly; other decoders through Step,
-// in chunks of decodeChunk positions. Mechanisms without a decoder get a
+// new position and attends its query of every head to all n+1. Decoders
+// that take positions without attending them (attn.Appender) are filled
+// in one Append, as after an exact prefill; others through Step, in
+// chunks of decodeChunk positions. Mechanisms without a decoder get a
 // skipped row saying why. Errors are against exact attention over the
 // same n+1 float32 keys and values.
 func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, error) {
@@ -230,18 +231,20 @@ func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, mech mechanism, s
 	return nil
 }
 
-// fillDecoder appends in's n positions to d: straight into the caches
-// of exact attention's decoder, through Step in chunks for any other,
-// forecast and timed as a series of its own so that a slow fill is
-// skipped under the budgets like a slow row.
+// fillDecoder appends in's n positions to d: in one Append where the
+// decoder takes positions without attending them (exact attention's KV
+// cache, HyperAttention's buckets: the cache a prefill would leave),
+// through Step in chunks for any other, forecast and timed as a series of
+// its own so that a slow fill is skipped under the budgets like a slow
+// row.
 func (sw *sweep) fillDecoder(ctx context.Context, row *eval.Row, mech mechanism, d attn.Decoder, s attn.Shape, in *decodeInputs) error {
-	n, per := s.M, s.HKV*s.M*s.D
-	if kd, ok := d.(*kvcache.Decoder); ok {
-		for b := range s.B {
-			if err := kd.Cache(b).Append(in.kp[b*per:][:per], in.vp[b*per:][:per], n); err != nil {
-				row.Skipped = "error: " + err.Error()
-				return nil
+	n := s.M
+	if ap, ok := d.(attn.Appender); ok {
+		if err := guard(func() error { return ap.Append(ctx, in.kp, in.vp, n, nil) }); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
+			row.Skipped = "error filling the decoder: " + err.Error()
 		}
 		return nil
 	}
