@@ -1,0 +1,96 @@
+package needle
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+)
+
+// EnvShared names the environment variable that points at the shared
+// folder (the one holding data/austen/), for runs outside the repository.
+const EnvShared = "ATTN_SHARED"
+
+// ErrNoData is wrapped by the errors of DefaultHaystack when the shared
+// data folder is not there: tests skip on it.
+var ErrNoData = errors.New("needle: shared data folder not found")
+
+// maxText bounds a haystack file, read whole.
+const maxText = 1 << 30
+
+// SharedDir returns the shared folder: $ATTN_SHARED when set, else
+// ../shared beside the repository, found from the working directory
+// upwards (the first folder with a go.mod).
+func SharedDir() (string, error) {
+	if d := os.Getenv(EnvShared); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoData, err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "..", "shared"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w: no repository above the working directory", ErrNoData)
+		}
+		dir = parent
+	}
+}
+
+// DefaultHaystackName is the default haystack, in the results.
+const DefaultHaystackName = "persuasion.txt.gz"
+
+// DefaultHaystack returns Jane Austen's Persuasion, the novel the
+// embedded model was not trained on, from the shared folder's
+// data/austen/persuasion.txt.gz. The error wraps ErrNoData when the file
+// is not there.
+func DefaultHaystack() (string, error) {
+	dir, err := SharedDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "data", "austen", DefaultHaystackName)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s", ErrNoData, path)
+	}
+	return ReadText(path)
+}
+
+// ReadText reads a UTF-8 text file, gunzipped when its name ends in .gz.
+func ReadText(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		defer z.Close()
+		r = z
+	}
+	var b bytes.Buffer
+	n, err := io.Copy(&b, io.LimitReader(r, maxText+1))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if n > maxText {
+		return "", fmt.Errorf("%s: longer than %d bytes", path, maxText)
+	}
+	if !utf8.Valid(b.Bytes()) {
+		return "", fmt.Errorf("%s: not UTF-8 text", path)
+	}
+	return b.String(), nil
+}
