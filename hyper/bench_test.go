@@ -165,3 +165,67 @@ func envInt(name string, def int) int {
 	}
 	return def
 }
+
+// BenchmarkBackward measures the backward pass's targets in one run:
+// HyperAttention's forward and backward passes at N = HYPER_BENCH_N
+// (default 131072), D = 64, one head, and the exact kernel's at N =
+// HYPER_BENCH_EXACT_N (default 16384), extrapolated by the square of the
+// length ratio. Each iteration times the four calls back to back and the
+// fastest of each over the iterations is kept (run with -benchtime 3x or
+// more). Reported: "fwd-s", "bwd-s", "bwd-over-fwd" (the backward pass
+// against its own forward), "exact-fwd+bwd-s" (extrapolated) and
+// "speedup", exact forward plus backward over HyperAttention's.
+func BenchmarkBackward(b *testing.B) {
+	n := envInt("HYPER_BENCH_N", 131072)
+	nRef := envInt("HYPER_BENCH_EXACT_N", 16384)
+	for _, causal := range []bool{false, true} {
+		b.Run(fmt.Sprintf("causal=%v", causal), func(b *testing.B) {
+			o := attn.Options{Causal: causal}
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(1, 2))
+			kn := flash.New(flash.Config{})
+			a := newAttention(b, Config{})
+			type problem struct {
+				s                       attn.Shape
+				q, k, v, out, lse, dout []float32
+				dq, dk, dv              []float32
+			}
+			newProblem := func(n int) *problem {
+				s := benchShape(n)
+				return &problem{
+					s: s, q: ref.Normal(rng, s.QLen()), k: ref.Normal(rng, s.KVLen()), v: ref.Normal(rng, s.KVLen()),
+					out: make([]float32, s.QLen()), lse: make([]float32, s.LSELen()), dout: ref.Normal(rng, s.QLen()),
+					dq: make([]float32, s.QLen()), dk: make([]float32, s.KVLen()), dv: make([]float32, s.KVLen()),
+				}
+			}
+			h, e := newProblem(n), newProblem(nRef)
+			best := [4]float64{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
+			for b.Loop() {
+				steps := []func() error{
+					func() error { return a.Forward(ctx, h.s, h.q, h.k, h.v, o, h.out, h.lse) },
+					func() error {
+						return a.Backward(ctx, h.s, h.q, h.k, h.v, h.out, h.lse, h.dout, o, h.dq, h.dk, h.dv)
+					},
+					func() error { return kn.Forward(ctx, e.s, e.q, e.k, e.v, o, e.out, e.lse) },
+					func() error {
+						return kn.Backward(ctx, e.s, e.q, e.k, e.v, e.out, e.lse, e.dout, o, nil, e.dq, e.dk, e.dv)
+					},
+				}
+				for i, step := range steps {
+					start := time.Now()
+					if err := step(); err != nil {
+						b.Fatal(err)
+					}
+					best[i] = min(best[i], time.Since(start).Seconds())
+				}
+			}
+			scale := float64(n) / float64(nRef) * float64(n) / float64(nRef)
+			exact := (best[2] + best[3]) * scale
+			b.ReportMetric(best[0], "fwd-s")
+			b.ReportMetric(best[1], "bwd-s")
+			b.ReportMetric(best[1]/best[0], "bwd-over-fwd")
+			b.ReportMetric(exact, "exact-fwd+bwd-s")
+			b.ReportMetric(exact/(best[0]+best[1]), "speedup")
+		})
+	}
+}

@@ -98,6 +98,27 @@
 //     than an eighth of the keys are taken); value-norm samples then draw
 //     Samples more positions, with replacement, from the same stream.
 //
+// # Gradients
+//
+// Backward differentiates the estimate Forward computed for the seed: it
+// draws the same buckets, key blocks and samples again (Forward and
+// Backward share the plan of every phase) and holds them, and the sample
+// weights, constant. Each query attends, over all the parts Forward
+// merged, to a set of keys with weights (1 in a block, a leaf or an exact
+// rectangle, R_b/c_b for a sample), so its output is softmax attention
+// over those keys with the log weights as a bias, and the gradient of each
+// part is the exact backward pass of package flash on that part's keys,
+// with the merged lse less the part's log weight and the merged output in
+// the row term rowsum(dO∘O): the leaves in one block-sparse call, each
+// job's blocks in a block-diagonal call on its query rows gathered by
+// block, its samples in one more with each block's run of samples masked.
+// The parts add up in a fixed order, so the gradients do not depend on the
+// worker count. Value-norm sampling has no backward pass where its
+// estimate is used (its output is no softmax over weighted keys). Without
+// a causal mask the work is about 10·N·(Block+Samples)·D flops per query
+// head, two and a half times the forward pass's, and the memory that of a
+// chunk of gathered rows and of the flash kernel's partials for it.
+//
 // # Decoding
 //
 // NewDecoder returns the incremental form, with a rule of its own (Forward

@@ -28,6 +28,9 @@ type call struct {
 	// fresh says that out and lse hold nothing yet and each row gets one
 	// result: it is written, not merged.
 	fresh bool
+	// grad says that the call plans a backward pass, which runs only where
+	// value-norm sampling changes nothing: its samples are not drawn.
+	grad bool
 
 	workers []*worker // scratch per worker slot, made on first use
 }
@@ -51,6 +54,9 @@ type job struct {
 	// exact calls, largest first.
 	rows   []int32
 	pieces []piece
+	// start[bl] is the first entry of rows of key block bl, start[nb] =
+	// len(rows); without a block part, [0, len(rows)].
+	start []int32
 
 	// The sampled columns, shared by the job's blocks: sorted positions in
 	// increasing order and their gathered key and value rows.
@@ -78,6 +84,43 @@ const exactChunk = 256
 // runPhase computes every rectangle of one phase and merges the results
 // into out and lse.
 func (c *call) runPhase(ctx context.Context, rects []rect) error {
+	jobs, err := c.plan(ctx, rects)
+	if err != nil {
+		return err
+	}
+	// The pieces exist once prepared: how many there are depends on where
+	// the queries fall.
+	type task struct {
+		j    *job
+		part int
+	}
+	var tasks []task
+	for _, j := range jobs {
+		parts := j.nb
+		if !j.exact {
+			parts = (len(j.pieces) + piecesPerCall - 1) / piecesPerCall
+		}
+		for p := range parts {
+			tasks = append(tasks, task{j, p})
+		}
+	}
+	return c.parallel(ctx, len(tasks), func(w *worker, i int) error {
+		t := tasks[i]
+		if t.j.exact {
+			return c.exactChunk(ctx, w, t.j, t.part)
+		}
+		p0 := t.part * piecesPerCall
+		return c.group(ctx, w, t.j, t.j.pieces[p0:min(p0+piecesPerCall, len(t.j.pieces))])
+	})
+}
+
+// plan lists the jobs of the rectangles of one phase and prepares the
+// approximate ones: it hashes every row (once per call), sorts each job's
+// keys, sends its query rows to their key blocks and draws its samples.
+// Forward and Backward both start from it, so that the gradient is that of
+// the very choices the forward pass made for the same seed and inputs.
+// When c.fresh, the rows of rectangles without keys get their result here.
+func (c *call) plan(ctx context.Context, rects []rect) ([]*job, error) {
 	s, a := c.s, c.a
 	var jobs, prep []*job
 	sorts := false
@@ -110,7 +153,7 @@ func (c *call) runPhase(ctx context.Context, rects []rect) error {
 	}
 	if sorts && c.qb == nil {
 		if err := c.hash(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	err := c.parallel(ctx, len(prep), func(w *worker, i int) error {
@@ -118,32 +161,9 @@ func (c *call) runPhase(ctx context.Context, rects []rect) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The pieces exist once prepared: how many there are depends on where
-	// the queries fall.
-	type task struct {
-		j    *job
-		part int
-	}
-	var tasks []task
-	for _, j := range jobs {
-		parts := j.nb
-		if !j.exact {
-			parts = (len(j.pieces) + piecesPerCall - 1) / piecesPerCall
-		}
-		for p := range parts {
-			tasks = append(tasks, task{j, p})
-		}
-	}
-	return c.parallel(ctx, len(tasks), func(w *worker, i int) error {
-		t := tasks[i]
-		if t.j.exact {
-			return c.exactChunk(ctx, w, t.j, t.part)
-		}
-		p0 := t.part * piecesPerCall
-		return c.group(ctx, w, t.j, t.j.pieces[p0:min(p0+piecesPerCall, len(t.j.pieces))])
-	})
+	return jobs, nil
 }
 
 // noKeys writes the result of rows that see no key, out 0 and lse -Inf, for
@@ -260,7 +280,7 @@ func (c *call) prepare(w *worker, j *job) {
 		copy(j.uniK[t*d:][:d], kBase[key*d:][:d])
 		copy(j.uniV[t*d:][:d], vBase[key*d:][:d])
 	}
-	if a.sampling != ValueNorm || ns == j.nk {
+	if a.sampling != ValueNorm || ns == j.nk || c.grad {
 		return // with every column sampled the result is exact
 	}
 
@@ -328,6 +348,7 @@ func (c *call) assign(w *worker, j *job) {
 		for r0 := 0; r0 < rows; r0 += pieceRows {
 			j.pieces = append(j.pieces, piece{-1, r0, min(r0+pieceRows, rows)})
 		}
+		j.start = []int32{0, int32(rows)}
 		return
 	}
 	sorted := w.sorted[:j.nk]
@@ -362,6 +383,7 @@ func (c *call) assign(w *worker, j *job) {
 		}
 	}
 	w.start, w.next = start, next
+	j.start = slices.Clone(start)
 	// Largest first, so that the pieces sharing an exact call (padded to
 	// the largest) are of similar sizes and the long tasks start early.
 	slices.SortStableFunc(j.pieces, func(x, y piece) int { return (y.r1 - y.r0) - (x.r1 - x.r0) })
@@ -519,29 +541,16 @@ func (c *call) sampled(ctx context.Context, w *worker, j *job, ps []piece, shape
 	w.whole = grow(w.whole, nbl)
 	anyKept, exact := false, true
 	for i, pc := range ps {
-		rest := j.nk
-		lo, hi := 0, 0
-		if pc.bl >= 0 {
-			ka, kz := span(j.nk, j.nb, pc.bl)
-			rest -= kz - ka
-			lo, _ = slices.BinarySearch(j.uniform, int32(ka))
-			hi, _ = slices.BinarySearch(j.uniform, int32(kz))
-		}
-		kept := ns - (hi - lo)
-		if rest == 0 {
-			kept = 0 // nothing outside the block
-		}
-		w.kvlen2[i] = kept
-		w.whole[i] = kept == rest
-		if kept == 0 {
-			w.logw[i] = 0
+		o := j.outside(pc.bl)
+		w.kvlen2[i] = o.kept
+		w.whole[i] = o.kept == o.rest
+		w.logw[i] = o.logw
+		if o.kept == 0 {
 			continue
 		}
 		anyKept = true
-		exact = exact && kept == rest
-		// Each kept column stands for rest/kept columns of the normaliser;
-		// the weight cancels in the normalised output.
-		w.logw[i] = float32(math.Log(float64(rest) / float64(kept)))
+		exact = exact && o.kept == o.rest
+		lo, hi := o.lo, o.hi
 		packRuns(w.k2[i*ns*d:][:ns*d], j.uniK, lo, hi, d)
 		packRuns(w.v2[i*ns*d:][:ns*d], j.uniV, lo, hi, d)
 	}
@@ -626,6 +635,39 @@ func ratio(dst, src []float32, dl float64, lo, hi []float32) {
 		}
 		dst[c] = float32(min(max(z, float64(lo[c])), float64(hi[c])))
 	}
+}
+
+// sampledRest is what the sampled part of the rows of one key block uses:
+// the rest keys of the job outside the block, the run [lo, hi) of the
+// sorted samples inside it (left out), the kept samples outside it and
+// their log weight log(rest/kept).
+type sampledRest struct {
+	rest, lo, hi, kept int
+	logw               float32
+}
+
+// outside returns the sampled part of key block bl of j (-1: no block
+// part, every key is the rest). Given kept, the kept samples are a uniform
+// sample of the rest, so each stands for rest/kept of its keys in the
+// normaliser; the weight cancels in the normalised output of the part, not
+// in its merge with the block.
+func (j *job) outside(bl int) sampledRest {
+	ns := len(j.uniform)
+	o := sampledRest{rest: j.nk}
+	if bl >= 0 {
+		ka, kz := span(j.nk, j.nb, bl)
+		o.rest -= kz - ka
+		o.lo, _ = slices.BinarySearch(j.uniform, int32(ka))
+		o.hi, _ = slices.BinarySearch(j.uniform, int32(kz))
+	}
+	o.kept = ns - (o.hi - o.lo)
+	if o.rest == 0 {
+		o.kept = 0 // nothing outside the block
+	}
+	if o.kept > 0 {
+		o.logw = float32(math.Log(float64(o.rest) / float64(o.kept)))
+	}
+	return o
 }
 
 // packRuns copies the rows of src outside the run [lo, hi) to the front of
