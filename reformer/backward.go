@@ -75,10 +75,13 @@ const (
 //
 // Under the causal rule each query row regathers its keys as Forward does
 // and takes two dot products and three updates per key (2.5 times
-// Forward's work). Rows are shared out by (batch row, kv head) and, when
-// there are fewer than 32 of those, by segments of query positions, each
-// segment but the first with dK and dV partials of the pair's keys
-// (at most 2^26 floats in all), added in segment order at the end.
+// Forward's arithmetic), a block of 32 keys at a time so that the updates
+// find the keys and values in cache; the updates of dK and dV are
+// scattered writes, which Forward does not have. Rows are shared out by
+// (batch row, kv head) and, when there are fewer than 32 of those, by
+// segments of query positions, each segment but the first with dK and dV
+// partials of the keys its rows may see (at most 2^26 floats in all),
+// added in segment order at the end.
 //
 // The results do not depend on Options.Workers. Errors are those of
 // Forward and of attn.CheckBackward (a nil lse, wrong lengths of dout,
@@ -472,11 +475,15 @@ func causalSegments(s attn.Shape) int {
 }
 
 // gradRows is one goroutine's scratch for the causal rule's backward
-// pass: the forward's, and the dS of a row's keys.
+// pass: the forward's, and P and dS of a block of a row's keys.
 type gradRows struct {
 	*rowScratch
-	ds []float32
+	pr, ds [candBlock]float32
 }
+
+// candBlock is the number of a row's keys whose P and dS are computed
+// together.
+const candBlock = 32
 
 // causalBackward is Backward by the causal rule. Task (pair, seg) takes
 // the query positions of segment seg of one (batch row, kv head) for every
@@ -496,34 +503,39 @@ func (l *LSH) causalBackward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 	d, kv, gs := s.D, s.M*s.D, s.Group()
 	pairs := s.B * s.HKV
 	segs := causalSegments(s)
-	var parts []float32
-	if segs > 1 {
-		parts = make([]float32, pairs*(segs-1)*2*kv)
-	}
 	seg := func(x int) (i0, i1 int) { return x * s.N / segs, (x + 1) * s.N / segs }
+	// The rows of segment x see no key past keysBelow(x), the causal
+	// bound of its last row, whatever the padding: its partials stop
+	// there.
+	keysBelow := func(x int) int {
+		_, i1 := seg(x)
+		return min(s.M, max(0, s.M-s.N+i1))
+	}
+	partOff := make([]int, segs+1) // within a pair, from segment 1 on
+	for x := 1; x < segs; x++ {
+		partOff[x+1] = partOff[x] + 2*keysBelow(x)*d
+	}
+	perPair := partOff[segs]
+	parts := make([]float32, pairs*perPair)
+	part := func(pair, x int) (dk, dv []float32) {
+		n, off := keysBelow(x)*d, pair*perPair+partOff[x]
+		return parts[off:][:n], parts[off+n:][:n]
+	}
 	tasks := pairs * segs
 	procs := runtime.GOMAXPROCS(0)
 	newScratch := func() *gradRows {
-		w := newRowScratch(hs, ru, s.M)
-		return &gradRows{rowScratch: w, ds: make([]float32, len(w.logits))}
+		return &gradRows{rowScratch: newRowScratch(hs, ru, s.M)}
 	}
 	err = parallel.For(ctx, o.WorkerCount(procs, tasks), tasks, newScratch, func(w *gradRows, t int) error {
 		pair, sg := t/segs, t%segs
 		b, kvh := pair/s.HKV, pair%s.HKV
 		i0, i1 := seg(sg)
-		var dkT, dvT []float32
-		if sg == 0 {
-			dkT, dvT = dk[pair*kv:][:kv], dv[pair*kv:][:kv]
-			clear(dkT)
-			clear(dvT)
-		} else {
-			off := (pair*(segs-1) + sg - 1) * 2 * kv
-			dkT, dvT = parts[off:][:kv], parts[off+kv:][:kv]
-			// The segment's rows see no key past its last row's.
-			end := o.VisibleKeys(s, b, i1-1) * d
-			clear(dkT[:end])
-			clear(dvT[:end])
+		dkT, dvT := dk[pair*kv:][:kv], dv[pair*kv:][:kv]
+		if sg > 0 {
+			dkT, dvT = part(pair, sg)
 		}
+		clear(dkT)
+		clear(dvT)
 		ix := &heads[pair]
 		kb, vb := k[pair*kv:][:kv], v[pair*kv:][:kv]
 		for hl := range gs {
@@ -552,21 +564,23 @@ func (l *LSH) causalBackward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 				if n == 0 {
 					continue
 				}
-				if len(w.ds) < n {
-					w.ds = make([]float32, n+n/4)
-				}
-				pr, ds := w.logitsFor(n)[:n], w.ds[:n]
 				lr, delta := lse[row], simd.Dot(gh, out[row*d:][:d])
-				for x, pos := range w.cand {
-					pr[x] = simd.Dot(qh, kb[int(pos)*d:][:d])*scale - lr
-					ds[x] = simd.Dot(gh, vb[int(pos)*d:][:d]) - delta
-				}
-				simd.ExpMul(pr, ds)
-				for x, pos := range w.cand {
-					kr := int(pos) * d
-					simd.Axpy(ds[x]*scale, kb[kr:][:d], dqh)
-					simd.Axpy(ds[x]*scale, qh, dkT[kr:][:d])
-					simd.Axpy(pr[x], gh, dvT[kr:][:d])
+				// A block of keys at a time, so that the updates find the
+				// keys and values the dot products brought into cache.
+				for x0 := 0; x0 < n; x0 += candBlock {
+					cand := w.cand[x0:min(x0+candBlock, n)]
+					pr, ds := w.pr[:len(cand)], w.ds[:len(cand)]
+					for x, pos := range cand {
+						pr[x] = simd.Dot(qh, kb[int(pos)*d:][:d])*scale - lr
+						ds[x] = simd.Dot(gh, vb[int(pos)*d:][:d]) - delta
+					}
+					simd.ExpMul(pr, ds)
+					for x, pos := range cand {
+						kr := int(pos) * d
+						simd.Axpy(ds[x]*scale, kb[kr:][:d], dqh)
+						simd.Axpy(ds[x]*scale, qh, dkT[kr:][:d])
+						simd.Axpy(pr[x], gh, dvT[kr:][:d])
+					}
 				}
 			}
 		}
@@ -580,17 +594,15 @@ func (l *LSH) causalBackward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 	return parallel.For(ctx, o.WorkerCount(procs, pairs*blocks), pairs*blocks, func() struct{} { return struct{}{} },
 		func(_ struct{}, t int) error {
 			pair, blk := t/blocks, t%blocks
-			b := pair / s.HKV
 			lo := blk * block
 			for sg := 1; sg < segs; sg++ {
-				_, i1 := seg(sg)
-				hi := min(lo+block, o.VisibleKeys(s, b, i1-1))
+				hi := min(lo+block, keysBelow(sg))
 				if hi <= lo {
 					continue
 				}
-				off := (pair*(segs-1) + sg - 1) * 2 * kv
-				simd.Axpy(1, parts[off+lo*d:off+hi*d], dk[pair*kv+lo*d:pair*kv+hi*d])
-				simd.Axpy(1, parts[off+kv+lo*d:off+kv+hi*d], dv[pair*kv+lo*d:pair*kv+hi*d])
+				pk, pv := part(pair, sg)
+				simd.Axpy(1, pk[lo*d:hi*d], dk[pair*kv+lo*d:pair*kv+hi*d])
+				simd.Axpy(1, pv[lo*d:hi*d], dv[pair*kv+lo*d:pair*kv+hi*d])
 			}
 			return nil
 		})

@@ -114,3 +114,45 @@ func BenchmarkDecodeStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBackward times Backward (4 rounds, 64-key chunks, no fallback;
+// B=1, H=8, Hkv=2, D=64) next to Forward on the same inputs, so that the
+// two rows of a size give the backward pass's cost in forward passes.
+func BenchmarkBackward(b *testing.B) {
+	lsh, err := New(Config{Min: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, causal := range []bool{false, true} {
+		for _, n := range []int{4096, 16384} {
+			s := attn.Shape{B: 1, H: 8, HKV: 2, N: n, M: n, D: 64}
+			rng := rand.New(rand.NewPCG(5, 6))
+			q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+			dout := ref.Normal(rng, s.QLen())
+			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+			dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
+			o := attn.Options{Causal: causal}
+			ctx := context.Background()
+			if err := lsh.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+				b.Fatal(err)
+			}
+			for _, op := range []string{"forward", "backward"} {
+				b.Run(fmt.Sprintf("causal=%v/n%d/%s", causal, n, op), func(b *testing.B) {
+					cpu0 := cpuSeconds()
+					for b.Loop() {
+						var err error
+						if op == "forward" {
+							err = lsh.Forward(ctx, s, q, k, v, o, out, lse)
+						} else {
+							err = lsh.Backward(ctx, s, q, k, v, out, lse, dout, o, dq, dk, dv)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+				})
+			}
+		}
+	}
+}

@@ -129,6 +129,18 @@
 // independent of the others. Extra memory is 2·Hashes·M indices per
 // (batch row, kv head) and per worker O(M) stamps.
 //
+// # Backward
+//
+// LSH.Backward (attn.Differentiable) differentiates what Forward
+// computes with the hash choices held fixed: every form of Forward is
+// softmax attention of each query over its chosen keys, each key once
+// (the log c correction makes the lse merge of the rounds exactly the
+// union's softmax, not a sum weighted by how many rounds saw a key), so
+// the gradients are those of that attention, through the sorted chunks
+// round by round or the causal rule row by row. With shared QK they reach
+// q through the keys' normalisation too. Below Min they are exact
+// attention's. They do not depend on Options.Workers.
+//
 // # Errors
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or
