@@ -41,6 +41,7 @@ var commands = []struct {
 	{"accuracy", "error against exact attention as each mechanism's budget grows", cmdAccuracy},
 	{"ppl", "perplexity over sliding windows; with -patch also KL from exact and per-layer error", cmdPPL},
 	{"patching", "perplexity and attention time as the last ℓ layers get each approximation (HyperAttention Fig. 3)", cmdPatching},
+	{"needle", "needle in a haystack: retrieval accuracy per mechanism, context length and depth", cmdNeedle},
 	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
 	{"train", "train a model and its tokenizer on text: AdamW, cosine schedule, checkpoints", cmdTrain},
 	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},

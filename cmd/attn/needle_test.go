@@ -1,0 +1,59 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/attnkit/attn/needle"
+)
+
+// TestNeedleCommand runs the needle test on the fixture model with its own
+// text as the haystack: the table, needle.json and the heat maps appear,
+// one row per mechanism, length and depth.
+func TestNeedleCommand(t *testing.T) {
+	f := newModelFixture(t)
+	hay := filepath.Join(f.dir, "hay.txt")
+	if err := os.WriteFile(hay, []byte(strings.Repeat("the cat sat on the mat and the cat ate. ", 80)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(f.dir, "needle")
+	stdout, stderr, err := modelCmd(t, cmdNeedle, "-model", f.gguf, "-text", hay, "-n", "200,256", "-depths", "0,1",
+		"-trials", "2", "-mechs", "exact,window", "-out", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"exact", "window", "200", "256", "s/answer"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+	b, err := os.Open(filepath.Join(out, "needle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	res, err := needle.ReadJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2*2*2 {
+		t.Errorf("%d rows, want 8 (2 mechanisms × 2 lengths × 2 depths)", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.Trials != 2 || r.Accuracy < 0 || r.Accuracy > 1 {
+			t.Errorf("row %+v", r)
+		}
+	}
+	for _, name := range []string{"needle-exact.png", "needle-window.png", "needle-accuracy.png"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mechs", "nosuch"}} {
+		if _, _, err := modelCmd(t, cmdNeedle, append([]string{"-model", f.gguf, "-text", hay}, bad...)...); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}
