@@ -356,8 +356,9 @@ var entries = []Entry{
 			enumParam("sampling", hyper.Uniform.String(), []string{hyper.Uniform.String(), hyper.ValueNorm.String()},
 				"uniform, or vnorm: the product with V from columns drawn by squared value norm (paper)"),
 		},
-		Causal: true,
-		Decode: true,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Sweeps: []Sweep{
 			{Params: []string{"samples"}, Values: pow2(16, 1024), Fixed: []string{"min=0"}, Unit: "sampled columns"},
 			{Params: []string{"block"}, Values: pow2(16, 512), Fixed: []string{"min=0"}, Unit: "tokens"},
