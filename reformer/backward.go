@@ -14,18 +14,6 @@ import (
 
 var _ attn.Differentiable = (*LSH)(nil)
 
-// Limits on how Backward shares out work, fixed so that the split, and so
-// every sum, depends on the shape alone.
-const (
-	// gradTasks is the number of tasks the causal rule's backward pass
-	// aims for: with fewer (batch row, kv head) pairs, each pair's query
-	// positions are cut into segments.
-	gradTasks = 32
-	// gradPartialFloats bounds the dK and dV partials of those segments
-	// (2^26 floats, 256 MiB).
-	gradPartialFloats = 1 << 26
-)
-
 // Backward implements attn.Differentiable: given the inputs, out and lse
 // of a Forward call with the same shape and options and dout, the
 // gradient of a loss with respect to out, it writes the gradients with
@@ -73,15 +61,22 @@ const (
 // shape. Extra memory is that of Forward plus O(Bucket·D) per run of
 // chunks.
 //
-// Under the causal rule each query row regathers its keys as Forward does
-// and takes two dot products and three updates per key (2.5 times
-// Forward's arithmetic), a block of 32 keys at a time so that the updates
-// find the keys and values in cache; the updates of dK and dV are
-// scattered writes, which Forward does not have. Rows are shared out by
-// (batch row, kv head) and, when there are fewer than 32 of those, by
-// segments of query positions, each segment but the first with dK and dV
-// partials of the keys its rows may see (at most 2^26 floats in all),
-// added in segment order at the end.
+// Under the causal rule the pairs are split by where the rule takes each
+// key first: the query's window, else the first round whose band (the
+// 2·Bucket latest visible keys of its bucket) holds it. The window's
+// pairs are a band of positions, package flash's Backward with that
+// pattern; round r's are a band in the round's (bucket, position) order,
+// so the rows sorted by the end of their bands make tiles whose keys are
+// contiguous in it, computed with the same five products as the sorted
+// chunks, less the pairs of the window and of earlier rounds (a check per
+// earlier round and pair). Rows are shared out in runs of 1024 per round,
+// each owning the keys from the end of the previous run's bands on and
+// spilling the 2·Bucket before into a buffer added after the round. A
+// query's pairs computed are the keys Forward reads for it plus the
+// edges of its tiles, but with matrix products where Forward goes row by
+// row, and the key gradients are added once per tile. Extra memory is
+// O(Hashes·(H/Hkv·N + M)) indices per (batch row, kv head), flash's, and
+// per run O(Bucket·D).
 //
 // The results do not depend on Options.Workers. Errors are those of
 // Forward and of attn.CheckBackward (a nil lse, wrong lengths of dout,
@@ -182,6 +177,7 @@ type gradTile struct {
 	pt, dst  []float32 // [bk][capRows]: Pᵀ and dSᵀ
 	dqt      []float32 // [rows][dp]: the tile's unscaled dQ
 	dkw, dvw []float32 // [bk][dp]: the keys' dK and dV over the window's rows
+	qhi      []int32   // [rows][rounds]: under the causal rule, the ends of the rows' bands
 }
 
 func newGradTile(rows, d, bk, rounds, chunks int) *gradTile {
@@ -201,6 +197,7 @@ func newGradTile(rows, d, bk, rounds, chunks int) *gradTile {
 		dqt:  make([]float32, rows*dp),
 		dkw:  make([]float32, bk*dp),
 		dvw:  make([]float32, bk*dp),
+		qhi:  make([]int32, rows*rounds),
 	}
 }
 
@@ -335,13 +332,8 @@ func (g *gradPlan) chunks(w *gradTile, hp *headPlan, r, c0, c1 int, spillK, spil
 		ntiles := (len(rows) + w.capRows - 1) / w.capRows
 		for k0 := 0; k0 < len(keys); k0 += w.bk {
 			kt := keys[k0:min(k0+w.bk, len(keys))]
-			nk := len(kt)
-			gatherKV(w.kt, w.bk, w.kp, dp, kBase, kBase, d, kt)
-			gatherKV(w.vt, w.bk, w.vp, dp, vBase, vBase, d, kt)
+			w.loadKeys(kt, kBase, vBase)
 			w.keyIDs(hp, kt, 0)
-			w.nk = nk
-			clear(w.dkw[:nk*dp])
-			clear(w.dvw[:nk*dp])
 			added := false
 			for ti := range ntiles {
 				if ntiles > 1 || k0 == 0 {
@@ -368,25 +360,13 @@ func (g *gradPlan) chunks(w *gradTile, hp *headPlan, r, c0, c1 int, spillK, spil
 // loadRows gathers the group rows' scaled queries, output gradients, lse
 // and rowsum(dO ∘ O) into w, with their positions and chunks.
 func (g *gradPlan) loadRows(w *gradTile, hp *headPlan, rows []int32) {
-	s, d, dp, R := g.s, g.s.D, w.dp, g.rounds
+	s, R := g.s, g.rounds
 	gs := s.Group()
-	shift := s.M - s.N
 	w.rows = len(rows)
 	w.maxPos = math.MinInt32
 	for x, gr := range rows {
 		hl, i := int(gr)/s.N, int(gr)%s.N
-		grow := (hp.b*s.H+hp.kvh*gs+hl)*s.N + i
-		w.orow[x] = grow
-		w.qpos[x] = int32(shift + i)
-		w.maxPos = max(w.maxPos, shift+i)
-		qd := w.qp[x*dp:][:d]
-		for c, v := range g.q[grow*d:][:d] {
-			qd[c] = v * g.scale
-		}
-		gi := g.dout[grow*d:][:d]
-		copy(w.gp[x*dp:][:d], gi)
-		w.lse[x] = g.lse[grow]
-		w.del[x] = simd.Dot(gi, g.out[grow*d:][:d])
+		w.loadRow(x, (hp.b*s.H+hp.kvh*gs+hl)*s.N+i, s.M-s.N+i, g.q, g.dout, g.out, g.lse, g.scale)
 		copy(w.qc[x*R:][:R], hp.queryChunk[int(gr)*R:][:R])
 	}
 }
@@ -400,7 +380,7 @@ func (g *gradPlan) loadRows(w *gradTile, hp *headPlan, rows []int32) {
 // lse} with lse the merged one, so that summed over the rounds each
 // chosen key's probability is its union softmax weight.
 func (g *gradPlan) step(w *gradTile, r int) bool {
-	nk, rows := w.nk, w.rows
+	nk := w.nk
 	causal, excl := g.o.Causal, g.excludeSelf
 	kpos := w.kpos[:nk]
 	minKey, maxKey := int32(math.MaxInt32), int32(-1)
@@ -410,16 +390,12 @@ func (g *gradPlan) step(w *gradTile, r int) bool {
 	if causal && int(minKey) > w.maxPos {
 		return false
 	}
-	d, dp, bk, cr := w.d, w.dp, w.bk, w.capRows
-	np := (nk + simd.Panel - 1) / simd.Panel * simd.Panel
-	simd.Gemm(rows, np, d, w.qp, dp, w.kt, bk, w.s, bk, false)
+	w.products()
 	if g.rounds > 1 {
 		w.duplicates(g.logStep, r, nk)
 	}
-	simd.Gemm(rows, np, d, w.gp, dp, w.vt, bk, w.ds, bk, false)
-	posInf := float32(math.Inf(1))
-	for x := range rows {
-		sr, dr := w.s[x*bk:][:nk], w.ds[x*bk:][:nk]
+	for x := range w.rows {
+		sr := w.s[x*w.bk:][:nk]
 		qp := w.qpos[x]
 		vis := nk
 		if (causal && maxKey > qp) || excl {
@@ -435,6 +411,28 @@ func (g *gradPlan) step(w *gradTile, r int) bool {
 		if vis > 0 && g.seen != nil {
 			g.seen[w.orow[x]] = true
 		}
+	}
+	w.fold(g.dq, 1)
+	return true
+}
+
+// products writes the logits S = (scale·Q)·Kᵀ of the tile's rows and keys
+// to w.s and dP = dO·Vᵀ to w.ds.
+func (w *gradTile) products() {
+	np := (w.nk + simd.Panel - 1) / simd.Panel * simd.Panel
+	simd.Gemm(w.rows, np, w.d, w.qp, w.dp, w.kt, w.bk, w.s, w.bk, false)
+	simd.Gemm(w.rows, np, w.d, w.gp, w.dp, w.vt, w.bk, w.ds, w.bk, false)
+}
+
+// fold turns the logits in w.s, -Inf where a pair is not the tile's, and
+// dP in w.ds into P = exp(S − lse) and dS = P ∘ (dP − rowsum(dO ∘ O)),
+// adds Pᵀ·dO to w.dvw and dSᵀ·(scale·Q) to w.dkw, and adds dqScale·dS·K
+// to the rows' dq.
+func (w *gradTile) fold(dq []float32, dqScale float32) {
+	nk, rows, d, dp, bk, cr := w.nk, w.rows, w.d, w.dp, w.bk, w.capRows
+	posInf := float32(math.Inf(1))
+	for x := range rows {
+		sr, dr := w.s[x*bk:][:nk], w.ds[x*bk:][:nk]
 		l, dl := w.lse[x], w.del[x]
 		if l == negInf {
 			l = posInf // the row saw no key: every P is 0
@@ -444,9 +442,6 @@ func (g *gradPlan) step(w *gradTile, r int) bool {
 			dr[j] -= dl
 		}
 		simd.ExpMul(sr, dr)
-	}
-	for x := range rows {
-		sr, dr := w.s[x*bk:][:nk], w.ds[x*bk:][:nk]
 		for j := range nk {
 			w.pt[j*cr+x] = sr[j]
 			w.dst[j*cr+x] = dr[j]
@@ -456,154 +451,36 @@ func (g *gradPlan) step(w *gradTile, r int) bool {
 	simd.Gemm(nk, dp, rows, w.dst, cr, w.qp, dp, w.dkw, dp, true)
 	simd.Gemm(rows, dp, nk, w.ds, bk, w.kp, dp, w.dqt, dp, false)
 	for x := range rows {
-		simd.Axpy(1, w.dqt[x*dp:][:d], g.dq[w.orow[x]*d:][:d])
+		simd.Axpy(dqScale, w.dqt[x*dp:][:d], dq[w.orow[x]*d:][:d])
 	}
-	return true
 }
 
-// causalSegments is the number of segments the query positions of every
-// (batch row, kv head) are cut into under the causal rule: enough for
-// about gradTasks tasks, each with at least one position, as long as the
-// partials of the segments after the first fit in gradPartialFloats.
-func causalSegments(s attn.Shape) int {
-	pairs := s.B * s.HKV
-	segs := min((gradTasks+pairs-1)/pairs, s.N)
-	if limit := gradPartialFloats / (pairs * 2 * s.M * s.D); segs-1 > limit {
-		segs = 1 + limit
-	}
-	return max(segs, 1)
+// loadKeys gathers the keys and values at positions keys (of the kv head
+// whose rows kBase and vBase are) into the tile and clears their dK and
+// dV.
+func (w *gradTile) loadKeys(keys []int32, kBase, vBase []float32) {
+	d, dp := w.d, w.dp
+	gatherKV(w.kt, w.bk, w.kp, dp, kBase, kBase, d, keys)
+	gatherKV(w.vt, w.bk, w.vp, dp, vBase, vBase, d, keys)
+	copy(w.kpos, keys)
+	w.nk = len(keys)
+	clear(w.dkw[:w.nk*dp])
+	clear(w.dvw[:w.nk*dp])
 }
 
-// gradRows is one goroutine's scratch for the causal rule's backward
-// pass: the forward's, and P and dS of a block of a row's keys.
-type gradRows struct {
-	*rowScratch
-	pr, ds [candBlock]float32
-}
-
-// candBlock is the number of a row's keys whose P and dS are computed
-// together.
-const candBlock = 32
-
-// causalBackward is Backward by the causal rule. Task (pair, seg) takes
-// the query positions of segment seg of one (batch row, kv head) for every
-// query head of its group: dq of its rows, and dk and dv of the pair's
-// keys into the outputs (seg 0) or its partial, added afterwards in
-// segment order.
-func (l *LSH) causalBackward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options,
-	factors []int, dq, dk, dv []float32) error {
-	cfg := l.cfg
-	ru := cfg.rule()
-	hs := newHasher(cfg.Seed, cfg.Hashes, s.D, factors)
-	scale := o.ScaleFor(s.D)
-	heads, err := buildIndexes(ctx, s, k, o, hs)
-	if err != nil {
-		return err
+// loadRow gathers query row grow (an index into q, dout, out and lse) at
+// position pos into place x of the tile.
+func (w *gradTile) loadRow(x, grow, pos int, q, dout, out, lse []float32, scale float32) {
+	d, dp := w.d, w.dp
+	w.orow[x] = grow
+	w.qpos[x] = int32(pos)
+	w.maxPos = max(w.maxPos, pos)
+	qd := w.qp[x*dp:][:d]
+	for c, v := range q[grow*d:][:d] {
+		qd[c] = v * scale
 	}
-	d, kv, gs := s.D, s.M*s.D, s.Group()
-	pairs := s.B * s.HKV
-	segs := causalSegments(s)
-	seg := func(x int) (i0, i1 int) { return x * s.N / segs, (x + 1) * s.N / segs }
-	// The rows of segment x see no key past keysBelow(x), the causal
-	// bound of its last row, whatever the padding: its partials stop
-	// there.
-	keysBelow := func(x int) int {
-		_, i1 := seg(x)
-		return min(s.M, max(0, s.M-s.N+i1))
-	}
-	partOff := make([]int, segs+1) // within a pair, from segment 1 on
-	for x := 1; x < segs; x++ {
-		partOff[x+1] = partOff[x] + 2*keysBelow(x)*d
-	}
-	perPair := partOff[segs]
-	parts := make([]float32, pairs*perPair)
-	part := func(pair, x int) (dk, dv []float32) {
-		n, off := keysBelow(x)*d, pair*perPair+partOff[x]
-		return parts[off:][:n], parts[off+n:][:n]
-	}
-	tasks := pairs * segs
-	procs := runtime.GOMAXPROCS(0)
-	newScratch := func() *gradRows {
-		return &gradRows{rowScratch: newRowScratch(hs, ru, s.M)}
-	}
-	err = parallel.For(ctx, o.WorkerCount(procs, tasks), tasks, newScratch, func(w *gradRows, t int) error {
-		pair, sg := t/segs, t%segs
-		b, kvh := pair/s.HKV, pair%s.HKV
-		i0, i1 := seg(sg)
-		dkT, dvT := dk[pair*kv:][:kv], dv[pair*kv:][:kv]
-		if sg > 0 {
-			dkT, dvT = part(pair, sg)
-		}
-		clear(dkT)
-		clear(dvT)
-		ix := &heads[pair]
-		kb, vb := k[pair*kv:][:kv], v[pair*kv:][:kv]
-		for hl := range gs {
-			bh := b*s.H + kvh*gs + hl
-			for i := i0; i < i1; i++ {
-				if (i-i0)%causalRows == 0 {
-					if err := ctx.Err(); err != nil {
-						return err
-					}
-				}
-				row := bh*s.N + i
-				p := s.M - s.N + i
-				qh, gh := q[row*d:][:d], dout[row*d:][:d]
-				dqh := dq[row*d:][:d]
-				clear(dqh)
-				if cfg.SharedQK {
-					hs.hashRow(kb[p*d:][:d], w.proj, w.qb)
-				} else {
-					hs.hashRow(qh, w.proj, w.qb)
-				}
-				for r := range w.lists {
-					w.lists[r] = ix.list(r, w.qb[r])
-				}
-				w.cand = ru.gather(w.cand, &w.seen, p, o.VisibleKeys(s, b, i), w.lists)
-				n := len(w.cand)
-				if n == 0 {
-					continue
-				}
-				lr, delta := lse[row], simd.Dot(gh, out[row*d:][:d])
-				// A block of keys at a time, so that the updates find the
-				// keys and values the dot products brought into cache.
-				for x0 := 0; x0 < n; x0 += candBlock {
-					cand := w.cand[x0:min(x0+candBlock, n)]
-					pr, ds := w.pr[:len(cand)], w.ds[:len(cand)]
-					for x, pos := range cand {
-						pr[x] = simd.Dot(qh, kb[int(pos)*d:][:d])*scale - lr
-						ds[x] = simd.Dot(gh, vb[int(pos)*d:][:d]) - delta
-					}
-					simd.ExpMul(pr, ds)
-					for x, pos := range cand {
-						kr := int(pos) * d
-						simd.Axpy(ds[x]*scale, kb[kr:][:d], dqh)
-						simd.Axpy(ds[x]*scale, qh, dkT[kr:][:d])
-						simd.Axpy(pr[x], gh, dvT[kr:][:d])
-					}
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil || segs == 1 {
-		return err
-	}
-	const block = 64 // keys per task of the sum
-	blocks := (s.M + block - 1) / block
-	return parallel.For(ctx, o.WorkerCount(procs, pairs*blocks), pairs*blocks, func() struct{} { return struct{}{} },
-		func(_ struct{}, t int) error {
-			pair, blk := t/blocks, t%blocks
-			lo := blk * block
-			for sg := 1; sg < segs; sg++ {
-				hi := min(lo+block, keysBelow(sg))
-				if hi <= lo {
-					continue
-				}
-				pk, pv := part(pair, sg)
-				simd.Axpy(1, pk[lo*d:hi*d], dk[pair*kv+lo*d:pair*kv+hi*d])
-				simd.Axpy(1, pv[lo*d:hi*d], dv[pair*kv+lo*d:pair*kv+hi*d])
-			}
-			return nil
-		})
+	gi := dout[grow*d:][:d]
+	copy(w.gp[x*dp:][:d], gi)
+	w.lse[x] = lse[grow]
+	w.del[x] = simd.Dot(gi, out[grow*d:][:d])
 }

@@ -261,6 +261,24 @@ func TestBackwardWideWindows(t *testing.T) {
 	}
 }
 
+// Under the causal rule a round's rows are cut into runs of gradRunRows
+// rows, tiles of tileRows: more rows than a run here, so that runs spill
+// into the keys of the one before.
+func TestBackwardCausalRuns(t *testing.T) {
+	rng := testRNG(t, 47)
+	s := attn.Shape{B: 1, H: 4, HKV: 1, N: 300, M: 333, D: 13}
+	if s.Group()*s.N <= gradRunRows {
+		t.Fatalf("%d rows make one run", s.Group()*s.N)
+	}
+	for x, cfg := range []Config{
+		{Hashes: 3, Bucket: 4, Window: 3, Min: -1},
+		{Hashes: 2, Bucket: 8, Buckets: 1, Window: 2, Min: -1, ExcludeSelf: true}, // one bucket: every band overlaps the next
+		{Hashes: 2, Bucket: 3, Buckets: 2000, Min: -1, Seed: 4},
+	} {
+		checkGrads(t, mustNew(t, cfg), rng, s, gradOptions(rng, s, true, x))
+	}
+}
+
 // Under shared QK the gradient reaches q through the queries and through
 // the normalised keys.
 func TestBackwardSharedQK(t *testing.T) {
@@ -386,14 +404,14 @@ func TestBackwardDeterminism(t *testing.T) {
 		{Config{Min: 1000, ExcludeSelf: true}, false},
 	} {
 		l := mustNew(t, c.cfg)
-		s := attn.Shape{B: 1, H: 3, HKV: 1, N: 301, M: 301, D: 19}
+		s := attn.Shape{B: 1, H: 3, HKV: 1, N: 401, M: 401, D: 19} // more rows than one run
 		if c.cfg.SharedQK {
 			s.HKV = 3
 		}
 		q, k, v, dout := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.QLen())
 		var first [3][]float32
 		for _, workers := range []int{1, 2, 3, 8} {
-			o := attn.Options{Causal: c.causal, Workers: workers, KVLen: []int{280}}
+			o := attn.Options{Causal: c.causal, Workers: workers, KVLen: []int{380}}
 			dq, dk, dv := backward(t, l, s, q, k, v, dout, o)
 			if first[0] == nil {
 				first = [3][]float32{dq, dk, dv}

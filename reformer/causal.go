@@ -186,10 +186,17 @@ func (ix *keyIndex) build(hs *hasher, k []float32, n, d int, proj []float32) {
 
 // list returns round r's keys in bucket b, by ascending position.
 func (ix *keyIndex) list(r int, b int32) []int32 {
+	lo, hi := ix.span(r, b)
+	return ix.pos[r*ix.n+lo : r*ix.n+hi]
+}
+
+// span returns where round r's keys in bucket b lie in its sorted order:
+// [lo, hi).
+func (ix *keyIndex) span(r int, b int32) (lo, hi int) {
 	bs := ix.bucket[r*ix.n:][:ix.n]
-	lo, _ := slices.BinarySearch(bs, b)
-	hi, _ := slices.BinarySearch(bs[lo:], b+1)
-	return ix.pos[r*ix.n+lo:][:hi]
+	lo, _ = slices.BinarySearch(bs, b)
+	n, _ := slices.BinarySearch(bs[lo:], b+1)
+	return lo, lo + n
 }
 
 // rowScratch is one goroutine's scratch for attending query rows by the

@@ -136,8 +136,11 @@
 // softmax attention of each query over its chosen keys, each key once
 // (the log c correction makes the lse merge of the rounds exactly the
 // union's softmax, not a sum weighted by how many rounds saw a key), so
-// the gradients are those of that attention, through the sorted chunks
-// round by round or the causal rule row by row. With shared QK they reach
+// the gradients are those of that attention: through the sorted chunks
+// round by round, or under the causal rule through each query's window
+// (package flash's Backward with a band pattern) and then its bucket's
+// band round by round, each pair where the rule first takes it, in tiles
+// with matrix products. With shared QK they reach
 // q through the keys' normalisation too. Below Min they are exact
 // attention's. They do not depend on Options.Workers.
 //
