@@ -157,8 +157,8 @@ type gradPlan struct {
 	*plan
 	dout, dq, dk, dv []float32
 	// seen, under the self rule, says of every query row whether some
-	// round gave it a key other than its own: the rows it does not
-	// fell back on their own key.
+	// round gave it a key other than its own; a row that got none fell
+	// back on its own key.
 	seen []bool
 }
 

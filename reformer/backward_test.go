@@ -465,3 +465,17 @@ func TestBackwardErrors(t *testing.T) {
 		t.Errorf("shared QK with H != Hkv: got %v, want ErrUnsupported", err)
 	}
 }
+
+// NaN in the inputs reaches the gradients it reaches, never a panic.
+func TestBackwardNaNDoesNotPanic(t *testing.T) {
+	rng := testRNG(t, 48)
+	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 40, M: 40, D: 8}
+	for _, cfg := range []Config{{Min: -1, Bucket: 3, Hashes: 2}, {Min: -1, Bucket: 3, ExcludeSelf: true}, {Min: 100, ExcludeSelf: true}} {
+		l := mustNew(t, cfg)
+		for _, causal := range []bool{false, true} {
+			q, k, v, dout := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.QLen())
+			q[5], k[77], v[100], dout[3] = float32(math.NaN()), float32(math.NaN()), float32(math.Inf(1)), float32(math.NaN())
+			backward(t, l, s, q, k, v, dout, attn.Options{Causal: causal})
+		}
+	}
+}
