@@ -23,6 +23,7 @@ func (t *Trainer) Save(out io.Writer, tok *tokenizer.Tokenizer, name string) err
 	c := t.tc
 	meta := []gguf.KV{
 		{Key: "train.attention", Value: c.Attention},
+		{Key: "train.tasks", Value: c.Tasks},
 		{Key: "train.context", Value: uint64(c.Context)},
 		{Key: "train.batch", Value: uint64(c.Batch)},
 		{Key: "train.steps", Value: uint64(c.Steps)},
@@ -77,6 +78,10 @@ func Resume(r io.ReaderAt, size int64, workers int) (*Trainer, *tokenizer.Tokeni
 	}
 	tc.Attention, err = f.String("train.attention")
 	errs = append(errs, err)
+	if _, ok := f.Value("train.tasks"); ok { // absent in older checkpoints
+		tc.Tasks, err = f.String("train.tasks")
+		errs = append(errs, err)
+	}
 	tc.Context, tc.Batch, tc.Steps, tc.Warmup = u("train.context"), u("train.batch"), u("train.steps"), u("train.warmup")
 	tc.LR, tc.MinLR, tc.WeightDecay = fl("train.lr"), fl("train.min_lr"), fl("train.weight_decay")
 	tc.Beta1, tc.Beta2, tc.Eps, tc.Clip = fl("train.beta1"), fl("train.beta2"), fl("train.eps"), fl("train.clip")

@@ -24,10 +24,15 @@ type TrainConfig struct {
 	// "window:left=64", …. Layer l's mechanism is built with seed l. A
 	// model trained with a mechanism runs with it (Config.Attention).
 	Attention string
-	Context   int // tokens per training sequence (default Config.SeqLen)
-	Batch     int // sequences per step (default 1)
-	Steps     int // steps of the cosine schedule (required)
-	Warmup    int // steps of linear warm-up (default Steps/20)
+	// Tasks describes what the caller mixes into the training windows
+	// (attn train: "retrieval=0.5,facts=4", planted facts asked for at the
+	// end). The trainer does not read it; checkpoints keep it, so that a
+	// resumed run mixes the same.
+	Tasks   string
+	Context int // tokens per training sequence (default Config.SeqLen)
+	Batch   int // sequences per step (default 1)
+	Steps   int // steps of the cosine schedule (required)
+	Warmup  int // steps of linear warm-up (default Steps/20)
 	// LR is the peak learning rate (default 1e-3); the schedule decays it
 	// along a cosine to MinLR (default LR/10) at Steps, and holds it there.
 	LR, MinLR float64
@@ -459,6 +464,13 @@ func newTrainAttention(spec string, layers int) ([]trainAttention, error) {
 	ps, err := ParsePatch(spec)
 	if err != nil || len(ps) != 1 || ps[0].Layers != nil {
 		return nil, fmt.Errorf("%w: training attention %q is not one mechanism NAME[:name=value,...] without layers", attn.ErrInput, spec)
+	}
+	e, err := registry.Lookup(ps[0].Mechanism)
+	if err != nil {
+		return nil, fmt.Errorf("%w: training attention %q: %v", attn.ErrInput, spec, err)
+	}
+	if !e.Causal {
+		return nil, fmt.Errorf("%w: training attention %q: %s has no causal form, and a language model needs one", attn.ErrUnsupported, spec, e.Name)
 	}
 	out := make([]trainAttention, layers)
 	for l := range out {

@@ -151,7 +151,7 @@ func trainRun(t *testing.T, tr *Trainer, tokens []int, to int) {
 func TestTrainResume(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	tokens := randomSeq(rng, 400, 48)
-	tc := TrainConfig{Context: 16, Batch: 2, Steps: 8, Warmup: 2, LR: 3e-3, Seed: 9, Workers: 1}
+	tc := TrainConfig{Tasks: "retrieval=0.5", Context: 16, Batch: 2, Steps: 8, Warmup: 2, LR: 3e-3, Seed: 9, Workers: 1}
 	newRun := func(workers int) *Trainer {
 		w, err := InitWeights(trainConfig(false), 4)
 		if err != nil {

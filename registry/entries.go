@@ -307,9 +307,10 @@ var entries = []Entry{
 			{Params: []string{"hashes"}, Values: pow2(1, 8), Fixed: []string{"min=0"}, Unit: "hash rounds"},
 			{Params: []string{"bucket"}, Values: pow2(16, 256), Fixed: []string{"min=0"}, Unit: "tokens"},
 		},
-		Scaled: reformerBudget,
-		Causal: true,
-		Decode: true,
+		Scaled:   reformerBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			cfg := reformer.Config{Seed: seed}
 			var err error

@@ -9,14 +9,18 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/gguf"
 	"github.com/attnkit/attn/model/tokenizer"
+	"github.com/attnkit/attn/needle"
 )
 
 // readTextFile reads a UTF-8 text file, gunzipping it when its name ends
@@ -52,6 +56,11 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	saveEvery := fs.Int("save", 200, "steps between checkpoints")
 	evalEvery := fs.Int("eval", 100, "steps between validation losses")
 	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF; \"austen\": the embedded model) instead of new ones; -ctx sets its context, the size flags are ignored")
+	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
+	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
+	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
+	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
 	var tc model.TrainConfig
 	vocab := fs.Int("vocab", 4096, "pieces of the vocabulary learnt from the text (a multiple of 16)")
@@ -106,6 +115,19 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *saveEvery < 1 || *evalEvery < 1 || *valTokens < 2 {
 		return fmt.Errorf("-save, -eval must be >= 1 and -val-tokens >= 2")
 	}
+	switch {
+	case !(*retrieval >= 0 && *retrieval <= 1):
+		return fmt.Errorf("-retrieval %v: want a share in [0, 1]", *retrieval)
+	case *facts < 1 || *facts > needle.MaxFacts:
+		return fmt.Errorf("-facts %d: want 1 to %d", *facts, needle.MaxFacts)
+	case *ropeBase < 0 || math.IsInf(*ropeBase, 0) || (*ropeBase > 0 && *ropeBase <= 1):
+		return fmt.Errorf("-rope-base %v: want 0 or a finite value > 1", *ropeBase)
+	case *valNeedle < 0 || *valNeedle > 1000:
+		return fmt.Errorf("-val-needle %d: want 0 to 1000", *valNeedle)
+	}
+	if *retrieval > 0 {
+		tc.Tasks = fmt.Sprintf("retrieval=%g,facts=%d", *retrieval, *facts)
+	}
 	corpus := make([]string, len(paths))
 	chars := 0
 	for i, p := range paths {
@@ -137,6 +159,35 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("%s has no tokenizer", *resume)
 		}
 		fmt.Fprintf(stdout, "resume %s at step %d\n", *resume, tr.Steps())
+	} else if *initFrom != "" {
+		var w *model.Weights
+		var err error
+		if *initFrom == "austen" {
+			w, tok, err = austen.Load()
+		} else {
+			w, tok, err = model.Open(*initFrom, "")
+		}
+		if err != nil {
+			return fmt.Errorf("-init: %w", err)
+		}
+		if tok == nil {
+			return fmt.Errorf("-init %s has no tokenizer", *initFrom)
+		}
+		// The architecture is the model's; the context, the rotary base
+		// and the attention are the run's.
+		w.Config.SeqLen = tc.Context
+		if *ropeBase > 0 {
+			w.Config.RopeBase = float32(*ropeBase)
+		}
+		w.Config.Attention = ""
+		if tc.Attention != "exact" {
+			w.Config.Attention = tc.Attention
+		}
+		tc.Workers = *workers
+		if tr, err = model.NewTrainer(w, tc); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "init   %s: %d weights, rope base %g\n", *initFrom, w.Params(), w.Config.WithDefaults().RopeBase)
 	} else {
 		start := time.Now()
 		var err error
@@ -147,6 +198,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "vocab  %d pieces learnt in %s\n", tok.Len(), time.Since(start).Round(time.Millisecond))
 		c.Vocab = tok.Len()
 		c.SeqLen = tc.Context
+		c.RopeBase = float32(*ropeBase)
 		if tc.Attention != "exact" {
 			c.Attention = tc.Attention
 		}
@@ -205,12 +257,46 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return writeFileAtomic(*ckpt, func(w io.Writer) error { return tr.Save(w, tok, "attn train checkpoint") })
 	}
 
+	mix, err := newTaskMix(tok, tc)
+	if err != nil {
+		return err
+	}
+	if mix != nil {
+		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, one asked for at the end\n", tc.Tasks, 100*mix.share, mix.facts)
+	}
+	needleScore := func() (string, error) {
+		if *valNeedle == 0 || *val == "" {
+			return "", nil
+		}
+		hay, err := readTextFile(*val)
+		if err != nil {
+			return "", err
+		}
+		res, err := needle.Run(ctx, needle.Config{Weights: tr.Weights(), Tokenizer: tok, Haystack: hay, Lengths: []int{tc.Context},
+			Depths: []float64{0.1, 0.5, 0.9}, Trials: (*valNeedle + 2) / 3, Seed: tc.Seed, Workers: *workers}, nil)
+		if err != nil {
+			return "", err
+		}
+		right, all := 0, 0
+		for _, r := range res.Rows {
+			right += r.Correct
+			all += r.Trials
+		}
+		return fmt.Sprintf("  needle %d/%d", right, all), nil
+	}
+
 	bar := newTrainBar(stderr, tc.Steps, tr.Steps())
 	start, attn0 := time.Now(), tr.AttentionTime()
 	stepsRun := 0
 	var lossEMA float64
 	for tr.Steps() < tc.Steps {
-		st, err := tr.Step(ctx, tr.Sample(tokens, tr.Steps()))
+		batch := tr.Sample(tokens, tr.Steps())
+		if mix != nil {
+			if batch, err = mix.apply(batch, tr.Steps()); err != nil {
+				return err
+			}
+		}
+		st, err := tr.Step(ctx, batch)
 		if err != nil {
 			bar.finish()
 			if ctx.Err() != nil {
@@ -235,8 +321,12 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if err != nil {
 				return err
 			}
-			bar.log(fmt.Sprintf("step %d  train loss %.4f  val loss %.4f (ppl %.2f)  %.0f tok/s  attention %.0f%%  %s",
-				i, lossEMA, vl, math.Exp(vl), tps, 100*(tr.AttentionTime()-attn0).Seconds()/elapsed.Seconds(), elapsed.Round(time.Second)))
+			ns, err := needleScore()
+			if err != nil {
+				return err
+			}
+			bar.log(fmt.Sprintf("step %d  train loss %.4f  val loss %.4f (ppl %.2f)%s  %.0f tok/s  attention %.0f%%  %s",
+				i, lossEMA, vl, math.Exp(vl), ns, tps, 100*(tr.AttentionTime()-attn0).Seconds()/elapsed.Seconds(), elapsed.Round(time.Second)))
 		}
 		if i%*saveEvery == 0 {
 			if err := save(); err != nil {
@@ -337,3 +427,66 @@ func (b *trainBar) log(line string) {
 }
 
 func (b *trainBar) finish() { b.p.finish() }
+
+// taskMix plants the needle test's facts into a share of the training
+// windows (TrainConfig.Tasks "retrieval=P,facts=K"): each window of step i
+// draws from a generator seeded by the run's seed and its index, so a
+// resumed run plants what the uninterrupted one would have.
+type taskMix struct {
+	b     *needle.Builder
+	seed  uint64
+	share float64
+	facts int
+	batch int
+}
+
+// newTaskMix parses tc.Tasks; "" gives nil, no mix.
+func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error) {
+	if tc.Tasks == "" {
+		return nil, nil
+	}
+	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1}
+	for item := range strings.SplitSeq(tc.Tasks, ",") {
+		k, v, _ := strings.Cut(item, "=")
+		var err error
+		switch k {
+		case "retrieval":
+			m.share, err = strconv.ParseFloat(v, 64)
+		case "facts":
+			m.facts, err = strconv.Atoi(v)
+		default:
+			err = fmt.Errorf("unknown task %q", k)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
+		}
+	}
+	if !(m.share > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts {
+		return nil, fmt.Errorf("training tasks %q: want retrieval in (0, 1] and facts in [1, %d]", tc.Tasks, needle.MaxFacts)
+	}
+	b, err := needle.NewBuilder(tok, needle.DefaultTemplates())
+	if err != nil {
+		return nil, err
+	}
+	m.b = b
+	return m, nil
+}
+
+// apply returns step i's batch with facts planted in its share of the
+// windows.
+func (m *taskMix) apply(batch [][]int, i int) ([][]int, error) {
+	out := make([][]int, len(batch))
+	for j, w := range batch {
+		rng := rand.New(rand.NewPCG(m.seed^0x6e656564, uint64(i*m.batch+j)))
+		out[j] = w
+		if rng.Float64() >= m.share {
+			continue
+		}
+		p, err := m.b.Plant(rng, w, m.facts)
+		if err != nil {
+			return nil, fmt.Errorf("planting facts in window %d of step %d: %w", j, i, err)
+		}
+		out[j] = p.Tokens
+	}
+	return out, nil
+}

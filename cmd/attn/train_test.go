@@ -93,6 +93,35 @@ func TestTrainCommand(t *testing.T) {
 	if !slices.Equal(w.Layers[1].W2, w2.Layers[1].W2) {
 		t.Errorf("the resumed run's weights differ from the checkpoint's")
 	}
+	// Continued training from the model at a longer context, with a new
+	// rotary base and the retrieval task mixed in; the checkpoint keeps
+	// the task, so resuming it mixes the same.
+	out3, ckpt3 := filepath.Join(dir, "m3.gguf"), filepath.Join(dir, "c3.gguf")
+	stdout.Reset()
+	args = []string{"train", "-text", train, "-init", out, "-ctx", "200", "-rope-base", "40000", "-retrieval", "1", "-facts", "2",
+		"-steps", "2", "-batch", "1", "-checkpoint", ckpt3, "-o", out3, "-workers", "1"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn train -init: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"init   " + out, "rope base 40000", "retrieval=1,facts=2"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	w3, _, err := model.Open(out3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w3.Config.SeqLen != 200 || w3.Config.RopeBase != 40000 || w3.Config.Dim != 32 {
+		t.Errorf("continued model: %+v", w3.Config)
+	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"train", "-text", train, "-resume", ckpt3, "-o", out3}, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn train -resume of the retrieval run: exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "retrieval=1,facts=2") {
+		t.Errorf("the resumed run lost its task mix:\n%s", stdout.String())
+	}
 }
 
 func TestTrainCommandErrors(t *testing.T) {
@@ -101,7 +130,10 @@ func TestTrainCommandErrors(t *testing.T) {
 		{"train"},
 		{"train", "-text", "/nonexistent.txt"},
 		{"train", "-text", train, "-type", "q4"},
-		{"train", "-text", train, "-attn", "hyper", "-vocab", "320", "-dim", "32", "-hidden", "48", "-heads", "4"},
+		{"train", "-text", train, "-attn", "linformer", "-vocab", "320", "-dim", "32", "-hidden", "48", "-heads", "4"},
+		{"train", "-text", train, "-retrieval", "2"},
+		{"train", "-text", train, "-rope-base", "0.5"},
+		{"train", "-text", train, "-init", "/nonexistent.gguf"},
 		{"train", "-text", train, "-vocab", "320", "-dim", "36", "-hidden", "48", "-heads", "4"},
 		{"train", "-text", train, "-resume", train},
 	} {
