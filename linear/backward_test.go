@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,23 +18,31 @@ import (
 // against the float64 one.
 const gradTol = 1e-4
 
-// eluPlus1 is φ(x) = elu(x)+1 in float64, and its derivative.
-func eluPlus1(x float64) float64 {
-	if x < 0 {
-		return math.Exp(x)
-	}
-	return x + 1
-}
+// map64 is an element-wise feature map in float64, φ(x)_c = f(x_c), and
+// its derivative.
+type map64 struct{ f, df func(float64) float64 }
 
-func eluPlus1Deriv(x float64) float64 {
-	if x < 0 {
-		return math.Exp(x)
+// elu64 is φ(x) = elu(x)+1, exp64 φ(x) = exp(x) (expMap).
+var (
+	elu64 = map64{
+		f: func(x float64) float64 {
+			if x < 0 {
+				return math.Exp(x)
+			}
+			return x + 1
+		},
+		df: func(x float64) float64 {
+			if x < 0 {
+				return math.Exp(x)
+			}
+			return 1
+		},
 	}
-	return 1
-}
+	exp64 = map64{f: math.Exp, df: math.Exp}
+)
 
-// linear64 evaluates elu+1 linear attention in float64 from its
-// definition, out_i = Σ_j A_ij v_j / Σ_j A_ij with A_ij = φ(q_i)·φ(k_j)
+// linear64 evaluates linear attention with an element-wise map in float64
+// from its definition, out_i = Σ_j A_ij v_j / Σ_j A_ij with A_ij = φ(q_i)·φ(k_j)
 // over the keys the mask allows (a row that sees none gives 0), and,
 // when dout is not nil, the gradient of L = Σ dout ∘ out by the chain
 // rule written out term by term:
@@ -41,12 +50,12 @@ func eluPlus1Deriv(x float64) float64 {
 //	∂L/∂A_ij = dO_i·v_j/den_i − dO_i·out_i/den_i
 //	dq_i = φ'(q_i) ∘ Σ_j ∂L/∂A_ij φ(k_j),  dk_j = φ'(k_j) ∘ Σ_i ∂L/∂A_ij φ(q_i),
 //	dv_j = Σ_i A_ij dO_i/den_i.
-func linear64(s attn.Shape, q, k, v, dout []float64, mask []bool) (out, dq, dk, dv []float64) {
+func linear64(s attn.Shape, q, k, v, dout []float64, mask []bool, fm map64) (out, dq, dk, dv []float64) {
 	d := s.D
 	phi := func(x []float64) []float64 {
 		y := make([]float64, len(x))
 		for i, t := range x {
-			y[i] = eluPlus1(t)
+			y[i] = fm.f(t)
 		}
 		return y
 	}
@@ -98,8 +107,8 @@ func linear64(s attn.Shape, q, k, v, dout []float64, mask []bool) (out, dq, dk, 
 					}
 					dA := gv/den - gdo/den
 					for c := range d {
-						dq[row*d+c] += dA * pk[(kv+j)*d+c] * eluPlus1Deriv(q[row*d+c])
-						dk[(kv+j)*d+c] += dA * pq[row*d+c] * eluPlus1Deriv(k[(kv+j)*d+c])
+						dq[row*d+c] += dA * pk[(kv+j)*d+c] * fm.df(q[row*d+c])
+						dk[(kv+j)*d+c] += dA * pq[row*d+c] * fm.df(k[(kv+j)*d+c])
 						dv[(kv+j)*d+c] += a[j] * gi[c] / den
 					}
 				}
@@ -118,11 +127,19 @@ func gradTo64(x []float32) []float64 {
 }
 
 // gradRun runs a's Forward and Backward on fresh inputs with NaN-filled
-// gradients, which Backward must overwrite.
-func gradRun(t *testing.T, a *Attention, rng *rand.Rand, s attn.Shape, o attn.Options) (q, k, v, g, dq, dk, dv []float32) {
+// gradients, which Backward must overwrite. Given qk = {a, b}, q and k
+// are a·N(0, 1) + b; else standard normal.
+func gradRun(t *testing.T, a *Attention, rng *rand.Rand, s attn.Shape, o attn.Options, qk ...float32) (q, k, v, g, dq, dk, dv []float32) {
 	t.Helper()
 	q, k, v = ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	g = ref.Normal(rng, s.QLen())
+	if len(qk) == 2 {
+		for _, x := range [][]float32{q, k} {
+			for i := range x {
+				x[i] = qk[0]*x[i] + qk[1]
+			}
+		}
+	}
 	ctx := context.Background()
 	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
 	if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
@@ -143,6 +160,10 @@ func gradRun(t *testing.T, a *Attention, rng *rand.Rand, s attn.Shape, o attn.Op
 	return q, k, v, g, dq, dk, dv
 }
 
+// TestBackwardAgainstFormula compares Backward with linear64 for elu+1 and
+// for expMap, whose log-scaled features go through the stabilisers; with
+// q and k around 50, exp(q_c + k_c) is far past the float32 range, so only
+// the log-scaled form computes it.
 func TestBackwardAgainstFormula(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, testSeed(t)))
 	// No case leaves every row a single key: the output is then v
@@ -164,17 +185,24 @@ func TestBackwardAgainstFormula(t *testing.T) {
 						o.KVLen[1] = 0
 					}
 				}
-				a := New(Config{Chunk: chunks[n%len(chunks)]})
-				q, k, v, g, dq, dk, dv := gradRun(t, a, rng, s, o)
-				_, wq, wk, wv := linear64(s, gradTo64(q), gradTo64(k), gradTo64(v), gradTo64(g), ref.Mask(s, o))
-				name := fmt.Sprintf("%+v causal=%v kvlen=%v chunk=%d", s, causal, o.KVLen, a.Chunk())
-				for _, x := range []struct {
+				for _, m := range []struct {
 					name string
-					got  []float32
-					want []float64
-				}{{"dq", dq, wq}, {"dk", dk, wk}, {"dv", dv, wv}} {
-					if e := ref.RelErr(x.got, x.want); e > gradTol {
-						t.Errorf("%s: %s rel err %.3g", name, x.name, e)
+					fm   FeatureMap
+					f64  map64
+					qk   []float32
+				}{{"elu", ELU{}, elu64, nil}, {"exp", expMap{}, exp64, nil}, {"exp", expMap{}, exp64, []float32{2, 50}}} {
+					a := New(Config{Map: m.fm, Chunk: chunks[n%len(chunks)]})
+					q, k, v, g, dq, dk, dv := gradRun(t, a, rng, s, o, m.qk...)
+					_, wq, wk, wv := linear64(s, gradTo64(q), gradTo64(k), gradTo64(v), gradTo64(g), ref.Mask(s, o), m.f64)
+					name := fmt.Sprintf("%s %v %+v causal=%v kvlen=%v chunk=%d", m.name, m.qk, s, causal, o.KVLen, a.Chunk())
+					for _, x := range []struct {
+						name string
+						got  []float32
+						want []float64
+					}{{"dq", dq, wq}, {"dk", dk, wk}, {"dv", dv, wv}} {
+						if e := ref.RelErr(x.got, x.want); e > gradTol {
+							t.Errorf("%s: %s rel err %.3g", name, x.name, e)
+						}
 					}
 				}
 			}
@@ -191,19 +219,26 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		s     attn.Shape
 		o     attn.Options
 		chunk int
+		exp   bool
 	}{
-		{attn.Shape{B: 1, H: 4, HKV: 2, N: 13, M: 11, D: 24}, attn.Options{}, 4},
-		{attn.Shape{B: 1, H: 4, HKV: 1, N: 11, M: 17, D: 24}, attn.Options{Causal: true}, 4},
-		{attn.Shape{B: 2, H: 4, HKV: 2, N: 8, M: 7, D: 40}, attn.Options{Causal: true, KVLen: []int{6, 0}}, 3},
-		{attn.Shape{B: 2, H: 4, HKV: 1, N: 9, M: 12, D: 24}, attn.Options{KVLen: []int{12, 5}}, 64},
+		{attn.Shape{B: 1, H: 4, HKV: 2, N: 13, M: 11, D: 24}, attn.Options{}, 4, false},
+		{attn.Shape{B: 1, H: 4, HKV: 1, N: 11, M: 17, D: 24}, attn.Options{Causal: true}, 4, false},
+		{attn.Shape{B: 2, H: 4, HKV: 2, N: 8, M: 7, D: 40}, attn.Options{Causal: true, KVLen: []int{6, 0}}, 3, false},
+		{attn.Shape{B: 2, H: 4, HKV: 1, N: 9, M: 12, D: 24}, attn.Options{KVLen: []int{12, 5}}, 64, false},
+		{attn.Shape{B: 1, H: 4, HKV: 2, N: 13, M: 11, D: 7}, attn.Options{}, 4, true},
+		{attn.Shape{B: 2, H: 3, HKV: 1, N: 9, M: 7, D: 5}, attn.Options{Causal: true, KVLen: []int{6, 7}}, 3, true},
 	} {
 		s, o := tc.s, tc.o
-		q, k, v, g, dq, dk, dv := gradRun(t, New(Config{Chunk: tc.chunk}), rng, s, o)
+		a, f64 := New(Config{Chunk: tc.chunk}), elu64
+		if tc.exp {
+			a, f64 = New(Config{Map: expMap{}, Chunk: tc.chunk}), exp64
+		}
+		q, k, v, g, dq, dk, dv := gradRun(t, a, rng, s, o)
 		mask := ref.Mask(s, o)
 		q64, k64, v64, g64 := gradTo64(q), gradTo64(k), gradTo64(v), gradTo64(g)
-		_, aq, ak, av := linear64(s, q64, k64, v64, g64, mask)
+		_, aq, ak, av := linear64(s, q64, k64, v64, g64, mask, f64)
 		loss := func() float64 {
-			out, _, _, _ := linear64(s, q64, k64, v64, nil, mask)
+			out, _, _, _ := linear64(s, q64, k64, v64, nil, mask, f64)
 			l := 0.0
 			for i := range out {
 				l += out[i] * g64[i]
@@ -249,8 +284,9 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 func TestBackwardEmptyRows(t *testing.T) {
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 40, M: 23, D: 24}
 	o := attn.Options{Causal: true, KVLen: []int{19, 0}}
-	for _, chunk := range []int{5, 64} {
-		_, _, _, _, dq, dk, dv := gradRun(t, New(Config{Chunk: chunk}), rand.New(rand.NewPCG(33, 33)), s, o)
+	for _, a := range []*Attention{New(Config{Chunk: 5}), New(Config{Chunk: 64}), New(Config{Map: expMap{}, Chunk: 7})} {
+		chunk := a.Chunk()
+		_, _, _, _, dq, dk, dv := gradRun(t, a, rand.New(rand.NewPCG(33, 33)), s, o)
 		for row := range s.LSELen() {
 			b, i := row/(s.H*s.N), row%s.N
 			empty := b == 1 || i < s.N-s.M
@@ -281,29 +317,89 @@ func TestBackwardWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(34, 34))
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	g := ref.Normal(rng, s.QLen())
-	a := New(Config{Chunk: 16})
 	ctx := context.Background()
-	for _, o := range []attn.Options{{}, {Causal: true}, {Causal: true, KVLen: []int{131}}, {KVLen: []int{77}}} {
+	for _, a := range []*Attention{New(Config{Chunk: 16}), New(Config{Map: expMap{}, Chunk: 16})} {
+		for _, o := range []attn.Options{{}, {Causal: true}, {Causal: true, KVLen: []int{131}}, {KVLen: []int{77}}} {
+			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+			if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+				t.Fatal(err)
+			}
+			var first [][]float32
+			for _, workers := range []int{1, 2, 3, 8} {
+				dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
+				o.Workers = workers
+				if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
+					t.Fatal(err)
+				}
+				got := [][]float32{dq, dk, dv}
+				if first == nil {
+					first = got
+					continue
+				}
+				for x := range got {
+					if i := firstDiff(got[x], first[x]); i >= 0 {
+						t.Fatalf("%T %s workers=%d: gradient %d differs at %d", a.fm, fmtCase(s, o), workers, x, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBackwardSkipped: a row whose normaliser under the map is not
+// positive gets out 0 and lse -Inf from Forward and nothing from Backward;
+// given a finite lse for it (its out computed some other way, as package
+// performer does), BackwardSkipped lists it, and it still contributes
+// nothing: the gradients are those with its dout set to 0.
+func TestBackwardSkipped(t *testing.T) {
+	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 30, M: 33, D: 8}
+	rng := rand.New(rand.NewPCG(36, testSeed(t)))
+	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+	g := ref.Normal(rng, s.QLen())
+	// elu(x)+1 of x = -200 underflows to 0 in float32.
+	zero := []int{3, 2*s.N + 17, 5*s.N + 29}
+	for _, row := range zero {
+		for c := range s.D {
+			q[row*s.D+c] = -200
+		}
+	}
+	a := New(Config{Chunk: 8})
+	ctx := context.Background()
+	for _, o := range []attn.Options{{}, {Causal: true, KVLen: []int{33, 20}}} {
 		out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
 		if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
 			t.Fatal(err)
 		}
-		var first [][]float32
-		for _, workers := range []int{1, 2, 3, 8} {
+		grads := func(lse, g []float32) ([]int, [][]float32) {
 			dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
-			o.Workers = workers
-			if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
+			rows, err := a.BackwardSkipped(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv)
+			if err != nil {
 				t.Fatal(err)
 			}
-			got := [][]float32{dq, dk, dv}
-			if first == nil {
-				first = got
-				continue
+			return rows, [][]float32{dq, dk, dv}
+		}
+		g0 := slices.Clone(g)
+		for _, row := range zero {
+			if !math.IsInf(float64(lse[row]), -1) {
+				t.Fatalf("%+v: row %d: lse %v, want -Inf", o, row, lse[row])
 			}
-			for x := range got {
-				if i := firstDiff(got[x], first[x]); i >= 0 {
-					t.Fatalf("%s workers=%d: gradient %d differs at %d", fmtCase(s, o), workers, x, i)
-				}
+			clear(g0[row*s.D:][:s.D])
+		}
+		rows, want := grads(lse, g0)
+		if len(rows) != 0 {
+			t.Errorf("%+v: with Forward's lse, skipped %v", o, rows)
+		}
+		fake := slices.Clone(lse)
+		for _, row := range zero {
+			fake[row] = 1
+		}
+		rows, got := grads(fake, g)
+		if !slices.Equal(rows, zero) {
+			t.Errorf("%+v: skipped %v, want %v", o, rows, zero)
+		}
+		for x := range got {
+			if i := firstDiff(got[x], want[x]); i >= 0 {
+				t.Errorf("%+v: gradient %d differs at %d", o, x, i)
 			}
 		}
 	}
@@ -334,8 +430,8 @@ func TestBackwardErrors(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrShape", name, err)
 		}
 	}
-	if err := New(Config{Map: expMap{}}).Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); !errors.Is(err, attn.ErrUnsupported) {
-		t.Errorf("exp map: got %v, want ErrUnsupported", err)
+	if err := New(Config{Map: opaqueMap{expMap{}}}).Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); !errors.Is(err, attn.ErrUnsupported) {
+		t.Errorf("a map without MapBackward: got %v, want ErrUnsupported", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

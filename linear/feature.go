@@ -36,6 +36,29 @@ type FeatureMap interface {
 	Map(dst []float32, ld int, logScale, x []float32, n, d int, scale float32, key bool)
 }
 
+// DifferentiableMap is a FeatureMap that Backward can differentiate
+// through: it also applies the transposed Jacobian of φ. Backward returns
+// an error wrapping attn.ErrUnsupported for a map that does not implement
+// it. ELU and package performer's maps do.
+type DifferentiableMap interface {
+	FeatureMap
+	// MapBackward writes into dx the gradient of a loss with respect to
+	// the n rows of x (row stride d), given its gradient with respect to
+	// their features, both in the log-scaled form of Map: for row r,
+	//
+	//	dx_r = Σ_f g_rf · exp(−ℓ_r) · ∂φ_f(x_r)/∂x_r,   g_r = exp(ℓ_r) · ∂L/∂φ(x_r),
+	//
+	// where ℓ_r is the log scale Map writes for the row (0 when the map is
+	// not LogScaled), so that g and dx stay bounded where φ itself would
+	// overflow. phi holds the rows exactly as Map wrote them for the same
+	// x, scale and key, and g the gradients, each n rows of stride ld with
+	// the first F values used. The map may overwrite g, not phi. dx has n
+	// rows of stride ldx ≥ d, and columns d..ldx−1 are scratch; Backward
+	// passes ldx = d rounded up to a multiple of 16. Like Map,
+	// MapBackward must be safe for concurrent use.
+	MapBackward(dx []float32, ldx int, g, phi []float32, ld int, x []float32, n, d int, scale float32, key bool)
+}
+
 // ELU is the feature map of Katharopoulos et al. (2020): φ(x) = elu(x) + 1,
 // applied element by element, so F = d. It is positive, which keeps the
 // normaliser positive, and it ignores the logit scale: elu+1 attention is
@@ -62,6 +85,18 @@ func (ELU) Map(dst []float32, ld int, _, x []float32, n, d int, _ float32, _ boo
 		for c, v := range src {
 			neg := uint32(int32(math.Float32bits(v)) >> 31) // all ones if v < 0
 			row[c] = math.Float32frombits(math.Float32bits(row[c])&neg | math.Float32bits(v+1)&^neg)
+		}
+	}
+}
+
+// MapBackward writes dx = g ∘ φ'(x): the derivative of elu(x)+1 is
+// exp(x) = φ(x) below 0 and 1 from 0 on, that is min(φ(x), 1), read off
+// phi instead of computing an exponential again.
+func (ELU) MapBackward(dx []float32, ldx int, g, phi []float32, ld int, _ []float32, n, d int, _ float32, _ bool) {
+	for r := range n {
+		dst, gr, pr := dx[r*ldx:][:d], g[r*ld:][:d], phi[r*ld:][:d]
+		for c := range dst {
+			dst[c] = gr[c] * min(pr[c], 1)
 		}
 	}
 }

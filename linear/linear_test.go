@@ -33,6 +33,24 @@ func (expMap) Map(dst []float32, ld int, ls, x []float32, n, d int, _ float32, _
 	}
 }
 
+// MapBackward: with φ = exp(ℓ)·ψ and ℓ = max(x), exp(−ℓ)·∂φ_c/∂x_c = ψ_c.
+func (expMap) MapBackward(dx []float32, ldx int, g, phi []float32, ld int, _ []float32, n, d int, _ float32, _ bool) {
+	for r := range n {
+		for c := range d {
+			dx[r*ldx+c] = g[r*ld+c] * phi[r*ld+c]
+		}
+	}
+}
+
+// opaqueMap hides every method of a map but those of FeatureMap.
+type opaqueMap struct{ m FeatureMap }
+
+func (o opaqueMap) Features(d int) int { return o.m.Features(d) }
+func (o opaqueMap) LogScaled() bool    { return o.m.LogScaled() }
+func (o opaqueMap) Map(dst []float32, ld int, ls, x []float32, n, d int, scale float32, key bool) {
+	o.m.Map(dst, ld, ls, x, n, d, scale, key)
+}
+
 func phi64(name string, x float32) float64 {
 	v := float64(x)
 	if name == "exp" || v <= 0 {
