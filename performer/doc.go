@@ -91,6 +91,25 @@
 // when a normaliser underflows (they get out 0 and lse -Inf). NewState is
 // the bare state.
 //
+// # Gradients
+//
+// Backward (attn.Differentiable) is the gradient of the function Forward
+// computed: below MinFor, exact attention's backward pass (package
+// flash); else the gradient through the random features, W fixed by the
+// seed and getting none, carried out by package linear's Backward with
+// the map's MapBackward (the transposed Jacobian of φ, both kinds). It
+// uses Forward's stabilisers, the running maximum over the keys a query
+// sees, which cancel between the estimate's numerator and its
+// normaliser: no exponential of a feature's scale is formed, and under
+// the causal mask the gradients of a prefix's loss do not depend on
+// later tokens. Rows whose normaliser underflowed, which Forward computed
+// exactly, get the exact gradient of their softmax row. The cost is about
+// three forward passes; BenchmarkBackwardRatio measures it.
+//
+// Where a row's normaliser is within a few orders of magnitude of the
+// float32 underflow but not past it (far beyond unit scale, as above),
+// the gradients can overflow to Inf or NaN: see linear.Attention.Backward.
+//
 // # NaN and infinities
 //
 // As in PyTorch, a NaN or an infinity in q, or in a k or v row a query

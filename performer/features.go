@@ -49,10 +49,14 @@ type FeatureMap struct {
 	projs map[int]*projection
 }
 
-// projection is Wᵀ for one head size, [d][pad(nw)], zero past column nw.
+// projection is W for one head size, in the two layouts the products
+// read: wt = Wᵀ, [d][pad(nw)], zero past column nw, for Map, and w = W,
+// [nw][pad(d)], zero past column d, for MapBackward.
 type projection struct {
-	wt []float32
-	ld int
+	wt  []float32
+	ld  int
+	w   []float32
+	ldw int
 }
 
 // NewFeatureMap returns the feature map of kind with m features drawn from
@@ -104,11 +108,13 @@ func (f *FeatureMap) proj(d int) *projection {
 		return p
 	}
 	w := orthogonalGaussian(f.seed, f.nw, d)
-	p := &projection{ld: pad(f.nw)}
+	p := &projection{ld: pad(f.nw), ldw: pad(d)}
 	p.wt = make([]float32, d*p.ld)
+	p.w = make([]float32, f.nw*p.ldw)
 	for r := range f.nw {
 		for c := range d {
 			p.wt[c*p.ld+r] = float32(w[r*d+c])
+			p.w[r*p.ldw+c] = float32(w[r*d+c])
 		}
 	}
 	f.projs[d] = p
@@ -210,5 +216,64 @@ func (f *FeatureMap) Map(dst []float32, ld int, logScale, x []float32, n, d int,
 			}
 			logScale[r] = float32(half - logNorm)
 		}
+	}
+}
+
+// MapBackward implements linear.DifferentiableMap. With x' = c·x the
+// scaled input of Map (c = ±sqrt|scale|) and ℓ the row's log scale,
+// exp(−ℓ)·∂φ/∂x is, feature by feature,
+//
+//	Positive:  ψ_f·(c·w_f − |scale|·x)
+//	Trig:      sin: ψ_sin,f·|scale|·x + c·cos(w_f·x')·w_f,  cos: ψ_cos,f·|scale|·x − c·sin(w_f·x')·w_f
+//
+// (ψ the features as Map wrote them, w_f row f of W), so dx is one
+// product with W, (g∘ψ)·W or the sine and cosine gradients crossed, plus
+// a multiple of x. W gets no gradient: the projection is fixed by the
+// seed.
+func (f *FeatureMap) MapBackward(dx []float32, ldx int, g, phi []float32, ld int, x []float32, n, d int, scale float32, key bool) {
+	p := f.proj(d)
+	abs := float32(math.Abs(float64(scale)))
+	c := float32(math.Sqrt(float64(abs)))
+	if scale < 0 && !key {
+		c = -c
+	}
+	h := f.nw
+	for r := range n {
+		gr, pr := g[r*ld:][:f.m], phi[r*ld:][:f.m]
+		t := simd.Dot(gr, pr) // Σ_f g_f ψ_f
+		xr, dr := x[r*d:][:d], dx[r*ldx:][:ldx]
+		coef := abs * t
+		switch f.kind {
+		case Positive:
+			coef = -coef
+			mulInto(gr, pr)
+		case Trig:
+			for i := range h {
+				gr[i] = gr[i]*pr[h+i] - gr[h+i]*pr[i]
+			}
+		}
+		simd.Scale(gr[:h], c)
+		// The multiple of x first, then the product added to it.
+		copy(dr[:d], xr)
+		simd.Scale(dr[:d], coef)
+		clear(dr[d:])
+	}
+	if ldx >= p.ldw {
+		simd.Gemm(n, p.ldw, h, g, ld, p.w, p.ldw, dx, ldx, true)
+		return
+	}
+	for r := range n {
+		gr, dr := g[r*ld:][:h], dx[r*ldx:][:d]
+		for c := range dr {
+			dr[c] += simd.Dot(gr, p.wt[c*p.ld:][:h])
+		}
+	}
+}
+
+// mulInto sets x[i] *= y[i].
+func mulInto(x, y []float32) {
+	y = y[:len(x)]
+	for i := range x {
+		x[i] *= y[i]
 	}
 }

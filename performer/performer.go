@@ -54,9 +54,12 @@ const (
 )
 
 var (
-	_ attn.Mechanism  = (*Performer)(nil)
-	_ attn.Fallbacker = (*Performer)(nil)
-	_ attn.Decodable  = (*Performer)(nil)
+	_ attn.Mechanism      = (*Performer)(nil)
+	_ attn.Fallbacker     = (*Performer)(nil)
+	_ attn.Decodable      = (*Performer)(nil)
+	_ attn.Differentiable = (*Performer)(nil)
+
+	_ linear.DifferentiableMap = (*FeatureMap)(nil)
 )
 
 // Performer is FAVOR+ attention. It implements attn.Mechanism under the
@@ -205,6 +208,71 @@ func repairUnderflow(s attn.Shape, q, k, v []float32, o attn.Options, out, lse [
 			simd.Axpy(p/sum, vBase[j*d:(j+1)*d], o)
 		}
 		lse[row] = mx + float32(math.Log(float64(sum)))
+	}
+}
+
+// Backward computes the gradients of the loss with respect to q, k and v
+// for the forward pass Forward made, given its out and lse and dout, the
+// gradient with respect to out (see linear.Attention.Backward for the
+// layouts). When s.M < MinFor(o.Causal) Forward computed exact attention,
+// and Backward is exact attention's backward pass (package flash). Else it
+// is the gradient of the random-feature estimate: through the features
+// exp(w·x' − |x'|²/2)/sqrt(m) (or the trigonometric ones), the projection W
+// being fixed by the seed and getting no gradient, with the stabilisers
+// of Forward, which cancel between the estimate's numerator and its
+// normaliser (linear.Attention.Backward). The rows Forward computed
+// exactly because their positive-feature normaliser underflowed get the
+// exact gradient of their softmax row, so every row's gradient is that of
+// the function that produced its out.
+//
+// Errors are those of linear.Attention.Backward: bad shapes wrap
+// attn.ErrShape or attn.ErrInput, a cancelled ctx returns its error. The
+// result does not depend on o.Workers.
+func (p *Performer) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
+	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
+		return err
+	}
+	if _, ok := p.exact(s, o); ok {
+		return p.flash.Backward(ctx, s, q, k, v, out, lse, dout, o, nil, dq, dk, dv)
+	}
+	rows, err := p.lin.BackwardSkipped(ctx, s, q, k, v, out, lse, dout, o, dq, dk, dv)
+	if err != nil || p.fm.kind != Positive {
+		// Forward repairs no trigonometric row: one that
+		// BackwardSkipped lists did not come from Forward.
+		return err
+	}
+	exactGrad(s, q, k, v, out, lse, dout, o, rows, dq, dk, dv)
+	return nil
+}
+
+// exactGrad adds the gradients of the listed rows as exact softmax rows
+// over the keys each sees (repairUnderflow computed them so): with P the
+// row's probabilities from its lse, dS_j = P_j·(dO·v_j − dO·out), and
+// dq = scale·Σ_j dS_j k_j (the row's dq, 0 until now), dk_j += scale·dS_j q,
+// dv_j += P_j dO. The rows go in order, one after the other, so the sums
+// do not depend on the worker count.
+func exactGrad(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, rows []int, dq, dk, dv []float32) {
+	if len(rows) == 0 {
+		return
+	}
+	scale := o.ScaleFor(s.D)
+	d := s.D
+	for _, row := range rows {
+		b, h, i := row/(s.H*s.N), row/s.N%s.H, row%s.N
+		end := o.VisibleKeys(s, b, i)
+		kv := (b*s.HKV + h/s.Group()) * s.M * d
+		qi, gi := q[row*d:][:d], dout[row*d:][:d]
+		dqi := dq[row*d:][:d]
+		clear(dqi)
+		delta := simd.Dot(gi, out[row*d:][:d])
+		for j := range end {
+			kj, vj := k[kv+j*d:][:d], v[kv+j*d:][:d]
+			pj := float32(math.Exp(float64(scale*simd.Dot(qi, kj) - lse[row])))
+			ds := pj * (simd.Dot(gi, vj) - delta) * scale
+			simd.Axpy(ds, kj, dqi)
+			simd.Axpy(ds, qi, dk[kv+j*d:][:d])
+			simd.Axpy(pj, gi, dv[kv+j*d:][:d])
+		}
 	}
 }
 
