@@ -37,7 +37,7 @@
 //
 // # Reports
 //
-// Results is the results.json document (DESIGN.md §5, plus the accuracy
+// Results is the results.json document (docs/DESIGN.md §5, plus the accuracy
 // sweep); WriteReport renders it as one self-contained HTML page with PNG
 // plots (gonum/plot) embedded as data URIs.
 package eval

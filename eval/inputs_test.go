@@ -92,7 +92,7 @@ func TestPlantedHasHeavyHitters(t *testing.T) {
 
 // TestSweepsUseRegisteredNames checks the budget sweeps against the
 // registry: every parameter a sweep sets must be one the mechanism
-// documents (DESIGN.md §7), so that no sweep silently does nothing.
+// documents (docs/DESIGN.md §7), so that no sweep silently does nothing.
 func TestSweepsUseRegisteredNames(t *testing.T) {
 	for _, sw := range eval.BudgetSweeps() {
 		e, err := registry.Lookup(sw.Mech)

@@ -84,7 +84,7 @@ func TestResultsRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(r, &back) {
 		t.Errorf("round trip changed the results:\n%+v\n%+v", r, &back)
 	}
-	// DESIGN.md §5's field names, on the raw JSON.
+	// docs/DESIGN.md §5's field names, on the raw JSON.
 	var raw map[string]any
 	if err := json.Unmarshal(buf, &raw); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/attnkit/attn/internal/simd"
 )
 
-// Results is the results.json document: the fields of DESIGN.md §5, which
+// Results is the results.json document: the fields of docs/DESIGN.md §5, which
 // keep their meaning, and more. `attn bench` fills Rows and Bench, `attn
 // accuracy` fills Accuracy; both write to one DIR without erasing the
 // other's part.
@@ -48,7 +48,7 @@ type Machine struct {
 	Go      string `json:"go"`
 }
 
-// Row is one mechanism at one size: the row of DESIGN.md §5.
+// Row is one mechanism at one size: the row of docs/DESIGN.md §5.
 type Row struct {
 	Mode   string `json:"mode"`
 	Mech   string `json:"mech"`

@@ -1,6 +1,6 @@
 // Package registry is the one list of attention mechanisms by name, used by
 // the command line, the benchmarks and the model to build a mechanism from
-// a name and `-set name=value` parameters (DESIGN.md §7).
+// a name and `-set name=value` parameters (docs/DESIGN.md §7).
 //
 // Each Entry is the single descriptor of its mechanism: its typed
 // parameters with their defaults (from the package's own constants) and

@@ -7,7 +7,7 @@
 // # Mechanisms
 //
 // Four constructors return an *Attention, which implements attn.Mechanism
-// under the command-line names of DESIGN.md §7:
+// under the command-line names of docs/DESIGN.md §7:
 //
 //	window      NewWindow      p-Left <= j <= p+Right, p-j ≡ 0 (mod Dilation)
 //	strided     NewStrided     Child et al. 2019: strided |p-j| <= l or p-j ≡ 0 (mod l);
