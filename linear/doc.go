@@ -65,6 +65,15 @@
 // positive float32 (only possible with maps that are not positive, or when
 // it underflows), gets out 0 and lse -Inf.
 //
+// # Gradients
+//
+// Backward (attn.Differentiable) computes the gradients through any map
+// that implements DifferentiableMap (ELU and package performer's random
+// features do): the query pass carries prefix sums over the keys as
+// Forward does, the key pass suffix sums over the queries, each with a
+// dense block per chunk under the causal mask, and log-scaled maps use
+// Forward's stabilisers. See Attention.Backward.
+//
 // # NaN and infinities
 //
 // As in PyTorch, a NaN or an infinity in an input propagates: a row whose
