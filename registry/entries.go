@@ -231,10 +231,11 @@ var entries = []Entry{
 				"positive (FAVOR+) or trig (sin/cos random Fourier features, for comparison)"),
 			intParam("chunk", performer.DefaultChunk, 1, linear.MaxChunk, chunkParam.Doc),
 		},
-		Sweeps: []Sweep{{Params: []string{"features"}, Values: pow2(16, 1024), Fixed: []string{"min=0"}, Unit: "random features"}},
-		Scaled: performerBudget,
-		Causal: true,
-		Decode: true,
+		Sweeps:   []Sweep{{Params: []string{"features"}, Values: pow2(16, 1024), Fixed: []string{"min=0"}, Unit: "random features"}},
+		Scaled:   performerBudget,
+		Causal:   true,
+		Decode:   true,
+		Backward: true,
 		Build: func(p *Params, seed uint64) (attn.Mechanism, error) {
 			features, err := p.Int("features")
 			if err != nil {
