@@ -253,8 +253,8 @@ func TestTrainErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []TrainConfig{
-		{},                             // no steps
-		{Steps: 1, Attention: "hyper"}, // no backward
+		{},                                 // no steps
+		{Steps: 1, Attention: "linformer"}, // no causal form
 		{Steps: 1, Attention: "window:left=-1"},
 		{Steps: 1, Attention: "exact:x=1"},
 		{Steps: 1, Batch: -1},
