@@ -71,7 +71,7 @@ func Summarize(rows []Row, maxErr float64, input string) string {
 				case best == nil:
 					parts = append(parts, fmt.Sprintf("n=%d none measured", n))
 				case best == exact:
-					parts = append(parts, fmt.Sprintf("n=%d exact (%s)", n, FormatSeconds(best.Seconds)))
+					parts = append(parts, fmt.Sprintf("n=%d exact (%s; %s)", n, FormatSeconds(best.Seconds), whyExact(rows, mode, causal, n, maxErr, exact)))
 				case exact == nil:
 					parts = append(parts, fmt.Sprintf("n=%d %s (%s, error %s; exact not timed)",
 						n, best.Mech, FormatSeconds(best.Seconds), FormatErr(*best.RelErr)))
@@ -96,6 +96,51 @@ func Summarize(rows []Row, maxErr float64, input string) string {
 			" patterns and the easiest for sampling; `attn accuracy -input FILE` measures the errors on your own activations.")
 	}
 	return b.String()
+}
+
+// whyExact says why no approximation beat exact at (mode, mask, n): the
+// most accurate one that approximated and whether it was fast enough, the
+// fastest one and how far its error was from the bound, and how many fell
+// back to exact attention.
+func whyExact(rows []Row, mode string, causal bool, n int, maxErr float64, exact *Row) string {
+	var closest, fastest *Row
+	fellBack := 0
+	for i := range rows {
+		r := &rows[i]
+		if r.Mode != mode || r.Causal != causal || r.N != n || r.Skipped != "" || r.Mech == "ref" || r.Mech == "exact" {
+			continue
+		}
+		if r.Fallback != "" || (r.RelErr != nil && *r.RelErr == 0) {
+			fellBack++
+			continue
+		}
+		if r.RelErr == nil {
+			continue
+		}
+		if closest == nil || *r.RelErr < *closest.RelErr {
+			closest = r
+		}
+		if fastest == nil || r.Seconds < fastest.Seconds {
+			fastest = r
+		}
+	}
+	var why []string
+	switch {
+	case closest == nil:
+		why = append(why, "no approximation ran")
+	case *closest.RelErr <= maxErr:
+		why = append(why, fmt.Sprintf("%s is within the bound (error %s) but no faster than exact (%s)",
+			closest.Mech, FormatErr(*closest.RelErr), FormatSeconds(closest.Seconds)))
+	default:
+		why = append(why, fmt.Sprintf("none within %s: the closest, %s, has error %s", FormatErr(maxErr), closest.Mech, FormatErr(*closest.RelErr)))
+		if fastest != closest && exact != nil && fastest.Seconds > 0 {
+			why = append(why, fmt.Sprintf("the fastest, %s (%.1f× exact), %s", fastest.Mech, exact.Seconds/fastest.Seconds, FormatErr(*fastest.RelErr)))
+		}
+	}
+	if fellBack > 0 {
+		why = append(why, fmt.Sprintf("%d ran exact attention instead", fellBack))
+	}
+	return strings.Join(why, "; ")
 }
 
 func hasMask(g grid, causal bool, n int) bool {

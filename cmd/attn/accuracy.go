@@ -47,7 +47,8 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	hkv := fs.Int("hkv", 0, "key/value heads (0: same as -h)")
 	d := fs.Int("d", 64, "head size")
 	causal := fs.Bool("causal", false, "bottom-right aligned causal mask")
-	input := fs.String("input", eval.Gaussian, "inputs: gaussian, planted (heavy-hitter keys) or a .safetensors `FILE` holding q, k, v")
+	input := fs.String("input", eval.Model, "inputs: model (the embedded model's activations over held-out Persuasion; the shape is the model's), gaussian, planted (heavy-hitter keys) or a .safetensors `FILE` holding q, k, v")
+	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	qPath := fs.String("q", "", "queries `FILE`[:tensor], [B,H,N,D] (.npy or .safetensors); with -k and -v, replaces -input")
 	kPath := fs.String("k", "", "keys `FILE`[:tensor], [B,Hkv,M,D]")
 	vPath := fs.String("v", "", "values `FILE`[:tensor], [B,Hkv,M,D]")
@@ -100,6 +101,21 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		fixed.Kind = fmt.Sprintf("q=%s k=%s v=%s", filepath.Base(*qPath), filepath.Base(*kPath), filepath.Base(*vPath))
+	case *input == eval.Model:
+		set := setFlags(fs)
+		for _, f := range []string{"b", "h", "hkv", "d"} {
+			if set[f] {
+				return fmt.Errorf("-%s: with -input model the shape is the model's; use -input gaussian for other shapes", f)
+			}
+		}
+		src, err := modelInputs(ctx, *layer, *n, *workers, stderr)
+		if err != nil {
+			return err
+		}
+		if fixed, err = src.Inputs(modelShape(src, *n)); err != nil {
+			return err
+		}
+		fixed.Kind = src.Name
 	case *input == eval.Gaussian || *input == eval.Planted:
 	case strings.EqualFold(filepath.Ext(*input), ".safetensors"):
 		var err error

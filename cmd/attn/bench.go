@@ -67,7 +67,9 @@ type benchConfig struct {
 	memBudget                              float64 // bytes
 	maxErr                                 float64
 	paretoN                                int
-	input                                  string // eval.Gaussian or eval.Planted
+	input                                  string // eval.Model, eval.Gaussian or eval.Planted
+	// src holds the model's activations when input is eval.Model.
+	src *eval.ModelSource
 	probe                                  bool
 	command                                string
 	stderr                                 io.Writer
@@ -115,7 +117,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxErr := fs.Float64("max-err", 0.1, "error bound of the summary: the fastest mechanism with relative error at most this")
 	paretoN := fs.Int("pareto-n", 0, "length of the report's speed/error plot (0: the longest at which exact ran)")
 	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth first (about 1 s)")
-	input := fs.String("input", eval.Gaussian, "inputs: gaussian (i.i.d. normal) or planted (heavy-hitter keys; see attn accuracy)")
+	input := fs.String("input", eval.Model, "inputs: model (the embedded model's queries, keys and values over held-out Persuasion; the shape is the model's), gaussian (i.i.d. normal) or planted (heavy-hitter keys; see attn accuracy)")
+	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	accN := fs.Int("accuracy-n", 2048, "with -out, also sweep each mechanism's budget at this `length` for the report, as attn accuracy does (0: no)")
 	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html")
 	var set listFlag
@@ -162,10 +165,31 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-mech: no mechanisms")
 	case cfg.refBudget < 0 || cfg.callBudget < 0 || cfg.rowTime < 0 || cfg.budget < 0 || cfg.memBudget < 0:
 		return fmt.Errorf("budgets must not be negative")
-	case cfg.input != eval.Gaussian && cfg.input != eval.Planted:
-		return fmt.Errorf("-input %q: want %s or %s", cfg.input, eval.Gaussian, eval.Planted)
+	case cfg.input != eval.Model && cfg.input != eval.Gaussian && cfg.input != eval.Planted:
+		return fmt.Errorf("-input %q: want %s, %s or %s", cfg.input, eval.Model, eval.Gaussian, eval.Planted)
 	case !(cfg.maxErr >= 0):
 		return fmt.Errorf("-max-err %v: want >= 0", cfg.maxErr)
+	}
+	if cfg.mode == "decode" {
+		// Decode rows fill caches with Gaussian keys and values.
+		if setFlags(fs)["input"] && cfg.input != eval.Gaussian {
+			return fmt.Errorf("-input %s: decode mode fills its caches with Gaussian keys and values only", cfg.input)
+		}
+		cfg.input = eval.Gaussian
+	}
+	if cfg.input == eval.Model {
+		set := setFlags(fs)
+		for _, f := range []string{"b", "h", "hkv", "d"} {
+			if set[f] {
+				return fmt.Errorf("-%s: with -input model the shape is the model's; use -input gaussian for other shapes", f)
+			}
+		}
+		n := max(slices.Max(cfg.ns), *accN)
+		if cfg.src, err = modelInputs(ctx, *layer, n, cfg.workers, stderr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "inputs: %s\n", cfg.src.Name)
+		cfg.b, cfg.h, cfg.hkv, cfg.d = 1, cfg.src.Shape.H, cfg.src.Shape.HKV, cfg.src.Shape.D
 	}
 	res, err := bench(ctx, cfg)
 	if res == nil {
@@ -215,10 +239,18 @@ func benchAccuracy(ctx context.Context, cfg benchConfig, n int) (*eval.Accuracy,
 	if len(names) == 0 {
 		return nil, nil
 	}
+	var fixed *eval.Inputs
+	if cfg.src != nil {
+		var err error
+		if fixed, err = cfg.src.Inputs(modelShape(cfg.src, n)); err != nil {
+			return nil, err
+		}
+		fixed.Kind = cfg.src.Name
+	}
 	return runAccuracy(ctx, accuracyConfig{
 		names: names, set: cfg.set,
 		s: attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d},
-		o: attn.Options{Workers: cfg.workers}, input: cfg.input, seeds: 1, seed: cfg.seed, deadline: deadline,
+		o: attn.Options{Workers: cfg.workers}, input: cfg.input, fixed: fixed, seeds: 1, seed: cfg.seed, deadline: deadline,
 		command: fmt.Sprintf("attn bench -accuracy-n %d (the sweeps of attn accuracy -n %d)", n, n), stderr: cfg.stderr,
 	})
 }
@@ -449,7 +481,7 @@ func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, er
 			// so planted inputs are drawn per mask; Gaussian ones once.
 			if fits && (i == 0 || cfg.input == eval.Planted) {
 				var err error
-				if c.in, err = eval.Generate(cfg.input, s, causal, cfg.seed+uint64(n)); err != nil {
+				if c.in, err = cfg.inputs(s, causal, cfg.seed+uint64(n)); err != nil {
 					return rows, err
 				}
 			}
@@ -706,4 +738,17 @@ func sortRows(rows []eval.Row, mechs []string) {
 		}
 		return a.N - b.N
 	})
+}
+
+// inputs returns the inputs of shape s: the model's activations, or drawn
+// from seed.
+func (cfg benchConfig) inputs(s attn.Shape, causal bool, seed uint64) (*eval.Inputs, error) {
+	if cfg.src != nil {
+		in, err := cfg.src.Inputs(s)
+		if in != nil {
+			in.Kind = cfg.src.Name
+		}
+		return in, err
+	}
+	return eval.Generate(cfg.input, s, causal, seed)
 }

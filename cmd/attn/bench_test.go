@@ -289,7 +289,7 @@ func TestBenchInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var stdout, stderr strings.Builder
-	code := run(ctx, []string{"bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
+	code := run(ctx, []string{"bench", "-input", "gaussian", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "context canceled") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -309,7 +309,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"-h", "3", "-hkv", "2"}, "not a multiple"},
 		{[]string{"-reps", "0"}, "at least 1"},
 		{[]string{"-budget", "-1s"}, "negative"},
-		{[]string{"-input", "uniform"}, "want gaussian or planted"},
+		{[]string{"-input", "uniform"}, "want model, gaussian or planted"},
 		{[]string{"-set", "nonsense"}, "not name=value"},
 		{[]string{"-set", "nosuchparam=3"}, "no selected mechanism"},
 		{[]string{"-bogus"}, "flag provided but not defined"},
@@ -448,5 +448,34 @@ func TestBenchDecodeI8(t *testing.T) {
 	}
 	if ran != 4 { // Hkv 8 and 1, two lengths
 		t.Errorf("%d decode rows ran, want 4", ran)
+	}
+}
+
+// TestModelInputs runs bench and accuracy on their default inputs, the
+// embedded model's activations over held-out Persuasion: the rows have the
+// model's shape and say where their inputs came from, and a shape flag is
+// refused.
+func TestModelInputs(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact,window", "-n", "64,100", "-reps", "1", "-probe=false",
+		"-accuracy-n", "0", "-out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "layer 3 over persuasion") || !strings.Contains(stdout, "model inputs") {
+		t.Errorf("bench does not say its inputs are the model's:\n%s\n%s", stderr, stdout)
+	}
+	res, _ := readResults(t, dir)
+	for _, r := range res.Rows {
+		if r.B != 1 || r.H != 8 || r.HKV != 2 || r.D != 32 {
+			t.Errorf("row %s n=%d has shape b=%d h=%d hkv=%d d=%d, want the model's 1, 8, 2, 32", r.Mech, r.N, r.B, r.H, r.HKV, r.D)
+		}
+	}
+	if code, _, stderr := attnCmd(t, "bench", "-input", "model", "-h", "4", "-n", "16"); code == 0 || !strings.Contains(stderr, "shape is the model's") {
+		t.Errorf("-input model -h 4: exit %d, %s", code, stderr)
+	}
+	code, stdout, stderr = attnCmd(t, "accuracy", "-mech", "window", "-n", "64", "-layer", "0", "-probe=false")
+	if code != 0 || !strings.Contains(stdout, "layer 0 over persuasion") {
+		t.Errorf("accuracy on model inputs: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }

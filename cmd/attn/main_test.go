@@ -17,8 +17,14 @@ import (
 )
 
 // attnCmd runs the command in-process and returns its status and output.
+// attnCmd runs attn with args. bench and accuracy runs that give a shape
+// (-h) without -input use Gaussian inputs: the default, the model's
+// activations, fixes the shape (TestModelInputs tests it).
 func attnCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	if len(args) > 0 && (args[0] == "bench" || args[0] == "accuracy") && slices.Contains(args, "-h") && !slices.Contains(args, "-input") {
+		args = append([]string{args[0], "-input", "gaussian"}, args[1:]...)
+	}
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()

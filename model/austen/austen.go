@@ -12,7 +12,9 @@ package austen
 
 import (
 	"bytes"
+	"compress/gzip"
 	_ "embed"
+	"io"
 
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/model/tokenizer"
@@ -37,3 +39,25 @@ func Load() (*model.Weights, *tokenizer.Tokenizer, error) {
 
 // Size is the embedded file's size in bytes.
 func Size() int { return len(file) }
+
+//go:embed persuasion.txt.gz
+var heldOut []byte
+
+// HeldOutName names the held-out text in messages and results.
+const HeldOutName = "persuasion (held out)"
+
+// HeldOut returns Persuasion, the novel the embedded model never saw in
+// training (public domain, from Project Gutenberg): the built-in text of
+// perplexity, the needle test's haystack and the model inputs of the
+// benchmarks, so that they run without the shared data folder.
+func HeldOut() (string, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(heldOut))
+	if err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}

@@ -3,6 +3,7 @@ package austen_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/attnkit/attn/model"
@@ -46,5 +47,15 @@ func TestEmbeddedModel(t *testing.T) {
 	}
 	if got := r.PPL(); math.Abs(got-recordedPPL) > 1e-4*recordedPPL {
 		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recordedPPL)
+	}
+}
+
+func TestHeldOut(t *testing.T) {
+	text, err := austen.HeldOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len([]rune(text)) != 466853 || !strings.Contains(text, "Sir Walter Elliot") {
+		t.Errorf("held-out text: %d characters, want Persuasion's 466853", len([]rune(text)))
 	}
 }
