@@ -69,11 +69,11 @@ type benchConfig struct {
 	paretoN                                int
 	input                                  string // eval.Model, eval.Gaussian or eval.Planted
 	// src holds the model's activations when input is eval.Model.
-	src *eval.ModelSource
-	probe                                  bool
-	command                                string
-	stderr                                 io.Writer
-	start                                  time.Time // of the command, for -budget
+	src     *eval.ModelSource
+	probe   bool
+	command string
+	stderr  io.Writer
+	start   time.Time // of the command, for -budget
 }
 
 // defaultMemBudget is half the memory available now, or 8 GiB where that
