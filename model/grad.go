@@ -180,15 +180,21 @@ func (p *trainPass) forward(ctx context.Context) ([]float32, error) {
 }
 
 // crossEntropy turns logits [n][V] into their gradient in place, dZ =
-// (softmax(Z) − onehot(target))·scale, and returns the summed negative
-// log-likelihood of the targets (float64) and how many there were.
+// (softmax(Z) − onehot(target))·scale·w[pos] (w nil: 1 for every
+// position), and returns the summed negative log-likelihood of the
+// targets, each times its weight (float64), and how many there were.
 // Negative targets are not scored and get a zero gradient.
-func crossEntropy(logits []float32, targets []int, vocab int, scale float32) (nll float64, count int) {
+func crossEntropy(logits []float32, targets []int, vocab int, scale float32, w []float32) (nll float64, count int) {
 	for pos, y := range targets {
 		z := logits[pos*vocab:][:vocab]
 		if y < 0 {
 			clear(z)
 			continue
+		}
+		s, wt := scale, 1.0
+		if w != nil {
+			s *= w[pos]
+			wt = float64(w[pos])
 		}
 		zy := z[y]
 		mx := simd.Max(z)
@@ -200,13 +206,13 @@ func crossEntropy(logits []float32, targets []int, vocab int, scale float32) (nl
 		for _, e := range z {
 			sum += float64(e)
 		}
-		nll += math.Log(sum) - float64(zy-mx)
+		nll += wt * (math.Log(sum) - float64(zy-mx))
 		count++
-		f := scale / float32(sum)
+		f := s / float32(sum)
 		for i := range z {
 			z[i] *= f
 		}
-		z[y] -= scale
+		z[y] -= s
 	}
 	return nll, count
 }

@@ -268,7 +268,7 @@ func (t *Trainer) Loss(ctx context.Context, seq []int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	nll, n := crossEntropy(logits, seq[1:], t.cfg.Vocab, 1)
+	nll, n := crossEntropy(logits, seq[1:], t.cfg.Vocab, 1, nil)
 	return nll / float64(n), nil
 }
 
@@ -284,15 +284,42 @@ func (t *Trainer) newPass(tokens []int) *trainPass {
 // before) and returns the loss. It is Step without the update, for tests
 // and tools; the gradient is read with Grad.
 func (t *Trainer) Gradient(ctx context.Context, batch [][]int) (float64, error) {
+	return t.GradientWeighted(ctx, batch, nil)
+}
+
+// GradientWeighted is Gradient of the weighted mean loss: weights[j][i]
+// weighs the prediction of batch[j][i+1] (weights nil: every prediction
+// 1), so that a task's few tokens (the answer of a retrieval question)
+// can count for more than the text around them. Weights must be finite
+// and non-negative, with a positive sum.
+func (t *Trainer) GradientWeighted(ctx context.Context, batch [][]int, weights [][]float32) (float64, error) {
 	if len(batch) == 0 {
 		return 0, fmt.Errorf("%w: an empty batch", attn.ErrInput)
 	}
-	count := 0
-	for _, seq := range batch {
+	if weights != nil && len(weights) != len(batch) {
+		return 0, fmt.Errorf("%w: %d weight rows for %d sequences", attn.ErrShape, len(weights), len(batch))
+	}
+	var count float64
+	for j, seq := range batch {
 		if err := t.checkSeq(seq); err != nil {
 			return 0, err
 		}
-		count += len(seq) - 1
+		if weights == nil {
+			count += float64(len(seq) - 1)
+			continue
+		}
+		if len(weights[j]) != len(seq)-1 {
+			return 0, fmt.Errorf("%w: sequence %d has %d predictions and %d weights", attn.ErrShape, j, len(seq)-1, len(weights[j]))
+		}
+		for _, w := range weights[j] {
+			if !(w >= 0) || math.IsInf(float64(w), 0) {
+				return 0, fmt.Errorf("%w: weight %v of sequence %d, want finite and >= 0", attn.ErrInput, w, j)
+			}
+			count += float64(w)
+		}
+	}
+	if !(count > 0) {
+		return 0, fmt.Errorf("%w: the weights sum to %v, want > 0", attn.ErrInput, count)
 	}
 	for _, g := range t.gflat {
 		clear(g)
@@ -300,13 +327,17 @@ func (t *Trainer) Gradient(ctx context.Context, batch [][]int) (float64, error) 
 	clear(t.dwoutT)
 	t.refresh()
 	var nll float64
-	for _, seq := range batch {
+	for j, seq := range batch {
 		p := t.newPass(seq[:len(seq)-1])
 		logits, err := p.forward(ctx)
 		if err != nil {
 			return 0, err
 		}
-		l, _ := crossEntropy(logits, seq[1:], t.cfg.Vocab, float32(1/float64(count)))
+		var w []float32
+		if weights != nil {
+			w = weights[j]
+		}
+		l, _ := crossEntropy(logits, seq[1:], t.cfg.Vocab, float32(1/count), w)
 		nll += l
 		if err := p.backward(ctx, logits); err != nil {
 			return 0, err
@@ -324,7 +355,7 @@ func (t *Trainer) Gradient(ctx context.Context, batch [][]int) (float64, error) 
 			row[j] += t.dwoutT[j*c.Vocab+i]
 		}
 	}
-	return nll / float64(count), nil
+	return nll / count, nil
 }
 
 // Grad returns the gradient of the tensor named name (a GGUF name, see
@@ -350,7 +381,12 @@ type StepStats struct {
 // rate. A gradient that is not finite is an error and leaves the weights
 // unchanged.
 func (t *Trainer) Step(ctx context.Context, batch [][]int) (StepStats, error) {
-	loss, err := t.Gradient(ctx, batch)
+	return t.StepWeighted(ctx, batch, nil)
+}
+
+// StepWeighted is Step on the weighted mean loss of GradientWeighted.
+func (t *Trainer) StepWeighted(ctx context.Context, batch [][]int, weights [][]float32) (StepStats, error) {
+	loss, err := t.GradientWeighted(ctx, batch, weights)
 	if err != nil {
 		return StepStats{}, err
 	}

@@ -238,7 +238,7 @@ func TestTrainedAttentionRoundTrip(t *testing.T) {
 	if err := m.Forward(context.Background(), seq[:16], 0, logits); err != nil {
 		t.Fatal(err)
 	}
-	nll, _ := crossEntropy(logits, seq[1:], 48, 1)
+	nll, _ := crossEntropy(logits, seq[1:], 48, 1, nil)
 	if got := nll / 16; math.Abs(got-want) > 1e-4 {
 		t.Errorf("model loss %g, trainer loss %g", got, want)
 	}
@@ -319,6 +319,47 @@ func TestLRSchedule(t *testing.T) {
 	for i := 11; i < 100; i++ {
 		if tr.LR(i) > tr.LR(i-1) {
 			t.Errorf("LR rises from step %d to %d", i-1, i)
+		}
+	}
+}
+
+// TestGradientWeighted checks the weighted loss: uniform weights are the
+// mean loss, and a prediction of weight 0 changes nothing whatever its
+// target.
+func TestGradientWeighted(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(31, 1))
+	w, _ := InitWeights(trainConfig(false), 3)
+	tr, err := NewTrainer(w, TrainConfig{Context: 12, Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := [][]int{randomSeq(rng, 13, 48), randomSeq(rng, 13, 48)}
+	grad := func(weights [][]float32) (float64, []float32) {
+		l, err := tr.GradientWeighted(ctx, batch, weights)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := tr.Grad("blk.0.attn_q.weight")
+		return l, slices.Clone(g)
+	}
+	l0, g0 := grad(nil)
+	twos := [][]float32{slices.Repeat([]float32{2}, 12), slices.Repeat([]float32{2}, 12)}
+	l2, g2 := grad(twos)
+	if math.Abs(l0-l2) > 1e-9*l0 || maxDiff(g0, g2) > 1e-6 {
+		t.Errorf("uniform weights 2: loss %v vs %v, gradient differs by %.2g", l2, l0, maxDiff(g0, g2))
+	}
+	mask := [][]float32{slices.Repeat([]float32{1}, 12), slices.Repeat([]float32{1}, 12)}
+	mask[1][11] = 0
+	_, ga := grad(mask)
+	batch[1][12] = (batch[1][12] + 1) % 48 // the target of prediction 11, input to none
+	_, gb := grad(mask)
+	if maxDiff(ga, gb) != 0 {
+		t.Errorf("a prediction of weight 0 changed the gradient by %.2g", maxDiff(ga, gb))
+	}
+	for _, bad := range [][][]float32{{mask[0]}, {mask[0], mask[1][:3]}, {make([]float32, 12), make([]float32, 12)}} {
+		if _, err := tr.GradientWeighted(ctx, batch, bad); err == nil {
+			t.Errorf("weights %v: no error", bad)
 		}
 	}
 }

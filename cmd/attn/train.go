@@ -60,6 +60,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
+	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
 	var tc model.TrainConfig
@@ -120,6 +121,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-retrieval %v: want a share in [0, 1]", *retrieval)
 	case *facts < 1 || *facts > needle.MaxFacts:
 		return fmt.Errorf("-facts %d: want 1 to %d", *facts, needle.MaxFacts)
+	case !(*answerWeight >= 1 && *answerWeight <= 1000):
+		return fmt.Errorf("-answer-weight %v: want 1 to 1000", *answerWeight)
 	case *ropeBase < 0 || math.IsInf(*ropeBase, 0) || (*ropeBase > 0 && *ropeBase <= 1):
 		return fmt.Errorf("-rope-base %v: want 0 or a finite value > 1", *ropeBase)
 	case *valNeedle < 0 || *valNeedle > 1000:
@@ -127,6 +130,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *retrieval > 0 {
 		tc.Tasks = fmt.Sprintf("retrieval=%g,facts=%d", *retrieval, *facts)
+		if *answerWeight != 1 {
+			tc.Tasks += fmt.Sprintf(",weight=%g", *answerWeight)
+		}
 	}
 	corpus := make([]string, len(paths))
 	chars := 0
@@ -262,7 +268,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if mix != nil {
-		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, one asked for at the end\n", tc.Tasks, 100*mix.share, mix.facts)
+		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, one asked for at the end (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.weight)
 	}
 	needleScore := func() (string, error) {
 		if *valNeedle == 0 || *val == "" {
@@ -291,12 +297,13 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var lossEMA float64
 	for tr.Steps() < tc.Steps {
 		batch := tr.Sample(tokens, tr.Steps())
+		var weights [][]float32
 		if mix != nil {
-			if batch, err = mix.apply(batch, tr.Steps()); err != nil {
+			if batch, weights, err = mix.apply(batch, tr.Steps()); err != nil {
 				return err
 			}
 		}
-		st, err := tr.Step(ctx, batch)
+		st, err := tr.StepWeighted(ctx, batch, weights)
 		if err != nil {
 			bar.finish()
 			if ctx.Err() != nil {
@@ -433,11 +440,12 @@ func (b *trainBar) finish() { b.p.finish() }
 // draws from a generator seeded by the run's seed and its index, so a
 // resumed run plants what the uninterrupted one would have.
 type taskMix struct {
-	b     *needle.Builder
-	seed  uint64
-	share float64
-	facts int
-	batch int
+	b      *needle.Builder
+	seed   uint64
+	share  float64
+	facts  int
+	weight float32 // of the answer's tokens in the loss
+	batch  int
 }
 
 // newTaskMix parses tc.Tasks; "" gives nil, no mix.
@@ -445,7 +453,7 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 	if tc.Tasks == "" {
 		return nil, nil
 	}
-	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1}
+	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1, weight: 1}
 	for item := range strings.SplitSeq(tc.Tasks, ",") {
 		k, v, _ := strings.Cut(item, "=")
 		var err error
@@ -454,6 +462,10 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			m.share, err = strconv.ParseFloat(v, 64)
 		case "facts":
 			m.facts, err = strconv.Atoi(v)
+		case "weight":
+			var w float64
+			w, err = strconv.ParseFloat(v, 32)
+			m.weight = float32(w)
 		default:
 			err = fmt.Errorf("unknown task %q", k)
 		}
@@ -461,8 +473,8 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
 	}
-	if !(m.share > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts {
-		return nil, fmt.Errorf("training tasks %q: want retrieval in (0, 1] and facts in [1, %d]", tc.Tasks, needle.MaxFacts)
+	if !(m.share > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts || !(m.weight >= 1 && m.weight <= 1000) {
+		return nil, fmt.Errorf("training tasks %q: want retrieval in (0, 1], facts in [1, %d] and weight in [1, 1000]", tc.Tasks, needle.MaxFacts)
 	}
 	b, err := needle.NewBuilder(tok, needle.DefaultTemplates())
 	if err != nil {
@@ -473,20 +485,38 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 }
 
 // apply returns step i's batch with facts planted in its share of the
-// windows.
-func (m *taskMix) apply(batch [][]int, i int) ([][]int, error) {
+// windows, and the loss weights of its predictions: the answers' weigh
+// m.weight, the rest 1 (nil when every weight is 1).
+func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 	out := make([][]int, len(batch))
+	var weights [][]float32
+	if m.weight != 1 {
+		weights = make([][]float32, len(batch))
+	}
 	for j, w := range batch {
 		rng := rand.New(rand.NewPCG(m.seed^0x6e656564, uint64(i*m.batch+j)))
 		out[j] = w
+		if weights != nil {
+			weights[j] = make([]float32, len(w)-1)
+			for k := range weights[j] {
+				weights[j][k] = 1
+			}
+		}
 		if rng.Float64() >= m.share {
 			continue
 		}
 		p, err := m.b.Plant(rng, w, m.facts)
 		if err != nil {
-			return nil, fmt.Errorf("planting facts in window %d of step %d: %w", j, i, err)
+			return nil, nil, fmt.Errorf("planting facts in window %d of step %d: %w", j, i, err)
 		}
 		out[j] = p.Tokens
+		if weights != nil {
+			// Prediction k predicts token k+1: the answer's tokens are
+			// predicted from AnswerAt-1 on.
+			for k := max(p.AnswerAt-1, 0); k < len(weights[j]); k++ {
+				weights[j][k] = m.weight
+			}
+		}
 	}
-	return out, nil
+	return out, weights, nil
 }

@@ -98,12 +98,12 @@ func TestTrainCommand(t *testing.T) {
 	// the task, so resuming it mixes the same.
 	out3, ckpt3 := filepath.Join(dir, "m3.gguf"), filepath.Join(dir, "c3.gguf")
 	stdout.Reset()
-	args = []string{"train", "-text", train, "-init", out, "-ctx", "200", "-rope-base", "40000", "-retrieval", "1", "-facts", "2",
+	args = []string{"train", "-text", train, "-init", out, "-ctx", "200", "-rope-base", "40000", "-retrieval", "1", "-facts", "2", "-answer-weight", "5",
 		"-steps", "2", "-batch", "1", "-checkpoint", ckpt3, "-o", out3, "-workers", "1"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 		t.Fatalf("attn train -init: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"init   " + out, "rope base 40000", "retrieval=1,facts=2"} {
+	for _, want := range []string{"init   " + out, "rope base 40000", "retrieval=1,facts=2,weight=5"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout.String())
 		}
@@ -119,7 +119,7 @@ func TestTrainCommand(t *testing.T) {
 	if code := run(context.Background(), []string{"train", "-text", train, "-resume", ckpt3, "-o", out3}, &stdout, &stderr); code != 0 {
 		t.Fatalf("attn train -resume of the retrieval run: exit %d\n%s", code, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "retrieval=1,facts=2") {
+	if !strings.Contains(stdout.String(), "retrieval=1,facts=2,weight=5") {
 		t.Errorf("the resumed run lost its task mix:\n%s", stdout.String())
 	}
 }
