@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains the long-context retrieval model from the embedded Austen model,
-# short to long (docs: README, "The long-context model"). Each phase
+# short to long (README, "The long-context model"). Each phase
 # checkpoints every 100 steps; rerunning this script resumes a phase from
 # its checkpoint, and skips a phase whose model is already written.
 # Usage: scripts/train-long.sh [WORKDIR]   (default: train-long/)
@@ -28,8 +28,15 @@ phase() { # name, then the phase's flags
 		"${start[@]}" -o "$W/$name.gguf" "$@"
 }
 
-# A: the retrieval task at 1k tokens, with the rotary base raised from
-# 10000 for the longer contexts to come.
-phase a -init austen -ctx 1024 -rope-base 50000 -batch 4 -steps 900 -warmup 30 -lr 1e-3 -min-lr 1e-4
-# B: the same at 8k tokens.
-phase b -init "$W/a.gguf" -ctx 8192 -batch 1 -steps 400 -warmup 20 -lr 5e-4 -min-lr 5e-5
+# a0: 650 steps of 4×1024 tokens from the embedded model with the rotary
+# base raised from 10000 to 50000 and the task mixed in at weight 1 (the
+# first run, stopped when it had learnt the answer's form but not the
+# copy): attn train -init austen -ctx 1024 -rope-base 50000 -batch 4
+# -steps 900 -warmup 30 -lr 1e-3 -min-lr 1e-4 -retrieval 1 -facts 4.
+START=${START:-$W/a0.gguf}
+# A: the retrieval task at 512 tokens, its answers weighted 20.
+phase a -init "$START" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
+# B: 2k tokens.
+phase b -init "$W/a.gguf" -ctx 2048 -batch 2 -steps 300 -warmup 10 -lr 5e-4 -min-lr 5e-5 -answer-weight 10
+# C: 8k tokens.
+phase c -init "$W/b.gguf" -ctx 8192 -batch 1 -steps 300 -warmup 10 -lr 3e-4 -min-lr 3e-5 -answer-weight 10
