@@ -237,7 +237,7 @@ func (c *gradCase) check(t *testing.T) {
 var gradTiles = [][2]int{{0, 0}, {16, 7}, {32, 20}}
 
 func TestBackwardAgainstReference(t *testing.T) {
-	rng := freshRNG(t, 11) // fresh inputs every run
+	rng := ref.FreshRNG(t, 11) // fresh inputs every run
 	dims := [][2]int{{1, 1}, {37, 37}, {29, 70}, {70, 29}, {1, 131}, {131, 45}}
 	groups := [][2]int{{4, 4}, {4, 2}, {4, 1}}
 	n := 0
@@ -269,7 +269,7 @@ func TestBackwardAgainstReference(t *testing.T) {
 // through it the kernel, against central differences of the float64 loss
 // L = Σ dout ∘ out, element by element of q, k and v.
 func TestBackwardFiniteDifferences(t *testing.T) {
-	rng := freshRNG(t, 12)
+	rng := ref.FreshRNG(t, 12)
 	cases := []struct {
 		s   attn.Shape
 		o   attn.Options
@@ -414,7 +414,7 @@ func (gradStripes) KeyRanges(dst []Range, p0, p1, m int) []Range {
 }
 
 func TestBackwardPattern(t *testing.T) {
-	rng := freshRNG(t, 14)
+	rng := ref.FreshRNG(t, 14)
 	pats := []Pattern{gradBand{left: 9, right: 3}, gradBand{left: 40, right: 0}, gradStripes{}, dense{}}
 	dims := [][2]int{{70, 130}, {130, 70}, {1, 90}, {97, 97}}
 	n := 0
@@ -442,7 +442,7 @@ func TestBackwardPattern(t *testing.T) {
 // across tiles at every offset (N ≠ M, bottom-right aligned, N > M
 // included), GQA groups, padded key lengths and patterns on top.
 func TestBackwardCausalDiagonal(t *testing.T) {
-	rng := freshRNG(t, 19)
+	rng := ref.FreshRNG(t, 19)
 	dims := [][2]int{{200, 200}, {192, 192}, {130, 260}, {260, 130}, {100, 171}, {77, 77}}
 	tiles := [][2]int{{0, 0}, {32, 48}, {48, 40}, {64, 20}}
 	pats := []Pattern{nil, gradBand{left: 70, right: 0}, gradStripes{}}
@@ -517,7 +517,7 @@ func TestGradRuns(t *testing.T) {
 // TestBackwardAfterForward runs Backward on the out and lse of the
 // kernel's own Forward and ForwardPattern, as training does.
 func TestBackwardAfterForward(t *testing.T) {
-	rng := freshRNG(t, 17)
+	rng := ref.FreshRNG(t, 17)
 	kn := New(Config{})
 	ctx := context.Background()
 	for n, pat := range []Pattern{nil, gradBand{left: 20, right: 5}} {
@@ -544,7 +544,7 @@ func TestBackwardAfterForward(t *testing.T) {
 // summation depend on the shape only, so any worker count gives the same
 // bits.
 func TestBackwardDeterministic(t *testing.T) {
-	rng := freshRNG(t, 15)
+	rng := ref.FreshRNG(t, 15)
 	for _, tc := range []struct {
 		s      attn.Shape
 		bq, bk int
@@ -582,7 +582,7 @@ func TestBackwardDeterministic(t *testing.T) {
 // gives the bits of a call on a fresh one; every part of the buffers that
 // is read is written first.
 func TestBackwardReusedArena(t *testing.T) {
-	rng := freshRNG(t, 18)
+	rng := ref.FreshRNG(t, 18)
 	cases := []struct {
 		s      attn.Shape
 		o      attn.Options

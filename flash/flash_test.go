@@ -44,7 +44,7 @@ func compare(t *testing.T, kn *Kernel, rng *rand.Rand, s attn.Shape, o attn.Opti
 }
 
 func TestAgainstReference(t *testing.T) {
-	rng := freshRNG(t, 1) // fresh inputs every run
+	rng := ref.FreshRNG(t, 1) // fresh inputs every run
 	lengths := []int{1, 7, 63, 64, 65, 200}
 	ds := []int{1, 3, 64, 80, 128}
 	groups := [][2]int{{4, 4}, {4, 2}, {4, 1}}
@@ -71,7 +71,7 @@ func TestAgainstReference(t *testing.T) {
 }
 
 func TestHeadSizes(t *testing.T) {
-	rng := freshRNG(t, 2)
+	rng := ref.FreshRNG(t, 2)
 	for _, d := range []int{1, 3, 64, 80, 128} {
 		for _, kn := range kernels {
 			for _, causal := range []bool{false, true} {
@@ -116,7 +116,7 @@ func TestEmptyRows(t *testing.T) {
 // TestLargeLogits uses small integers so that logits up to ±1.6e4 are exact
 // in float32: any error then comes from the softmax, not the dot products.
 func TestLargeLogits(t *testing.T) {
-	rng := freshRNG(t, 4)
+	rng := ref.FreshRNG(t, 4)
 	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 70, M: 90, D: 64}
 	ints := func(n, r int) []float32 {
 		x := make([]float32, n)
@@ -152,7 +152,7 @@ func TestLargeLogits(t *testing.T) {
 // TestMergeSplit checks the (out, lse) contract: attention over a random
 // split of the keys, merged, equals attention over all of them.
 func TestMergeSplit(t *testing.T) {
-	rng := freshRNG(t, 5)
+	rng := ref.FreshRNG(t, 5)
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 33, M: 101, D: 24}
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	split := 1 + rng.IntN(s.M-1)
@@ -241,7 +241,7 @@ func ExampleAttention() {
 // tile-1, tile, tile+1 and 3·tile+5 in both the query and the key
 // direction, for query tiles of whole GQA groups.
 func TestTileBoundaries(t *testing.T) {
-	rng := freshRNG(t, 10)
+	rng := ref.FreshRNG(t, 10)
 	for _, kn := range kernels {
 		for _, hg := range [][2]int{{2, 2}, {4, 1}} {
 			rowsPerHead := max(1, kn.blockRows/(hg[0]/hg[1]))
@@ -265,7 +265,7 @@ func TestTileBoundaries(t *testing.T) {
 // TestPaddingIsInert fills the padded keys and values with NaN and Inf:
 // keys past a row's valid length must contribute nothing, not even a 0·NaN.
 func TestPaddingIsInert(t *testing.T) {
-	rng := freshRNG(t, 12)
+	rng := ref.FreshRNG(t, 12)
 	for _, kn := range kernels {
 		for _, causal := range []bool{false, true} {
 			s := attn.Shape{B: 2, H: 4, HKV: 2, N: 70, M: 150, D: 40}

@@ -47,7 +47,7 @@ func (p *paddedKV) PackV(dst []float32, ld, b, kvh, j0, n int) {
 }
 
 func TestForwardKV(t *testing.T) {
-	rng := freshRNG(t, 9)
+	rng := ref.FreshRNG(t, 9)
 	s := attn.Shape{B: 2, H: 6, HKV: 2, N: 45, M: 131, D: 40}
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	o := attn.Options{Causal: true, KVLen: []int{100, 131}}

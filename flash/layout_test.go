@@ -44,7 +44,7 @@ func TestNaNPropagates(t *testing.T) {
 // V in place, and ForwardKV, which packs them tile by tile (Kᵀ), with and
 // without masks, over several key tiles of the default kernel.
 func TestKVLayouts(t *testing.T) {
-	rng := freshRNG(t, 11)
+	rng := ref.FreshRNG(t, 11)
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 150, M: 333, D: 72}
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	for _, o := range []attn.Options{{}, {Causal: true}, {KVLen: []int{333, 200}}} {

@@ -46,7 +46,7 @@ func (mp *maskPattern) KeyRanges(dst []Range, p0, p1, m int) []Range {
 }
 
 func TestPattern(t *testing.T) {
-	rng := freshRNG(t, 6)
+	rng := ref.FreshRNG(t, 6)
 	for c, dims := range [][2]int{{70, 130}, {130, 70}, {1, 200}, {97, 97}} {
 		n, m := dims[0], dims[1]
 		s := attn.Shape{B: 2, H: 4, HKV: 2, N: n, M: m, D: 19}
@@ -110,7 +110,7 @@ func (rp rowMaskPattern) MaskRow(p, j0 int, s []float32) {
 
 // TestRowMasker checks that the row fast path gives what Visible gives.
 func TestRowMasker(t *testing.T) {
-	rng := freshRNG(t, 11)
+	rng := ref.FreshRNG(t, 11)
 	s := attn.Shape{B: 1, H: 2, HKV: 1, N: 90, M: 140, D: 24}
 	mp := &maskPattern{shift: s.M - s.N, m: s.M, vis: make([][]bool, s.N)}
 	for i := range mp.vis {

@@ -107,7 +107,7 @@ func run(t *testing.T, sq seq, cfg Config, chunks []int) {
 }
 
 func TestDecodeStepByStep(t *testing.T) {
-	rng := freshRNG(t, 1)
+	rng := ref.FreshRNG(t, 1)
 	for _, dt := range []DType{F32, BF16, F16, I8} {
 		for _, hkv := range []int{4, 2, 1} {
 			sq := newSeq(rng, 2, 4, hkv, 150, 40)
@@ -121,7 +121,7 @@ func TestDecodeStepByStep(t *testing.T) {
 }
 
 func TestPrefillThenDecode(t *testing.T) {
-	rng := freshRNG(t, 2)
+	rng := ref.FreshRNG(t, 2)
 	for _, dt := range []DType{F32, BF16, I8} {
 		sq := newSeq(rng, 1, 6, 2, 400, 24)
 		// A long prefill through the fused kernel (several tiles), a
@@ -135,7 +135,7 @@ func TestPrefillThenDecode(t *testing.T) {
 }
 
 func TestWindowAndSinks(t *testing.T) {
-	rng := freshRNG(t, 3)
+	rng := ref.FreshRNG(t, 3)
 	for _, cfg := range []Config{
 		{Window: 16},
 		{Window: 70, Sinks: 4},
@@ -159,7 +159,7 @@ func TestWindowAndSinks(t *testing.T) {
 // heads, larger than streamGroup: the fused kernel while every held row
 // is in the window, the row-by-row path once rows leave it.
 func TestLargeGroupWindow(t *testing.T) {
-	rng := freshRNG(t, 6)
+	rng := ref.FreshRNG(t, 6)
 	sq := newSeq(rng, 1, 32, 1, 140, 24)
 	ones := make([]int, 140)
 	for i := range ones {
@@ -173,7 +173,7 @@ func TestLargeGroupWindow(t *testing.T) {
 // TestAttend checks the decode entry point that attends the newest,
 // already appended position.
 func TestAttend(t *testing.T) {
-	rng := freshRNG(t, 4)
+	rng := ref.FreshRNG(t, 4)
 	for _, cfg := range []Config{{}, {Window: 50, Sinks: 3}, {DType: BF16}, {DType: I8}, {Window: 50, Sinks: 3, DType: I8}} {
 		cfg.B, cfg.HKV, cfg.D = 1, 2, 33
 		sq := newSeq(rng, 1, 8, 2, 300, 33)
@@ -294,7 +294,7 @@ func TestErrors(t *testing.T) {
 // 16 query rows: 20 and 24 leave a partial panel), and more rows than a
 // decode block, not a multiple of it, over several spans (1100).
 func TestAttendShapes(t *testing.T) {
-	rng := freshRNG(t, 5)
+	rng := ref.FreshRNG(t, 5)
 	for _, dt := range []DType{F32, BF16, F16, I8} {
 		for _, sh := range []struct{ h, hkv, d, n int }{
 			{8, 8, 72, 200}, {8, 2, 128, 333}, {32, 1, 72, 150}, {6, 2, 33, 130}, {5, 1, 20, 70},

@@ -100,7 +100,7 @@ func formula(l *Linformer, s attn.Shape, q, k, v []float32, o attn.Options) (out
 }
 
 func TestAgainstFormula(t *testing.T) {
-	rng := freshRNG(t, 1) // fresh inputs every run
+	rng := ref.FreshRNG(t, 1) // fresh inputs every run
 	cases := []struct {
 		s attn.Shape
 		k int
@@ -147,7 +147,7 @@ func TestAgainstFormula(t *testing.T) {
 // TestPaddingIgnored puts huge values in padding keys and values: the
 // result must not change at all.
 func TestPaddingIgnored(t *testing.T) {
-	rng := freshRNG(t, 2)
+	rng := ref.FreshRNG(t, 2)
 	l := mustNew(t, Config{K: 32})
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 20, M: 300, D: 24}
 	o := attn.Options{KVLen: []int{rng.IntN(s.M + 1), rng.IntN(s.M + 1)}}
@@ -199,7 +199,7 @@ func TestSeeds(t *testing.T) {
 
 // TestLargeInputs scales inputs by 100: no NaN or Inf.
 func TestLargeInputs(t *testing.T) {
-	rng := freshRNG(t, 3)
+	rng := ref.FreshRNG(t, 3)
 	s := attn.Shape{B: 1, H: 4, HKV: 2, N: 50, M: 400, D: 40}
 	q, k, v := inputs(rng, s)
 	for _, x := range [][]float32{q, k, v} {

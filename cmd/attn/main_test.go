@@ -41,7 +41,7 @@ func writeNPY(t *testing.T, dir, name string, shape []int, data []float32) strin
 
 func TestRunMatchesReference(t *testing.T) {
 	dir := t.TempDir()
-	rng := freshRNG(t, 7)
+	rng := ref.FreshRNG(t, 7)
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 37, M: 53, D: 24}
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	qp := writeNPY(t, dir, "q.npy", []int{s.B, s.H, s.N, s.D}, q)
