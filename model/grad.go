@@ -23,8 +23,8 @@ import (
 //	attention         the mechanism's own backward (see trainAttention)
 //
 // so that no product is computed twice and none is done without the
-// assembly kernels. Dim, Hidden, KVDim and Vocab must be multiples of
-// simd.Panel (16), the width of the products' column panels.
+// assembly kernels. Widths that are not a multiple of simd.Panel (16), the
+// products' column panels, pad their last panel with zeros (see gemm).
 
 // layerActs are the activations of one layer that its backward pass reads.
 type layerActs struct {
@@ -63,11 +63,19 @@ func gemm(ctx context.Context, workers, m, n, k int, a []float32, lda int, b []f
 	runs := min(rowTiles, max(1, (4*workers+colTiles-1)/colTiles))
 	run := (rowTiles + runs - 1) / runs
 	runs = (rowTiles + run - 1) / run
-	newPack := func() []float32 { return make([]float32, tileK*tileCols) }
-	return par.For(ctx, workers, runs*colTiles, newPack, func(pack []float32, it int) error {
+	// A last column tile narrower than a panel (n not a multiple of
+	// simd.Panel: a model of any width) goes through a zero-padded copy
+	// of B and a scratch tile of C, so that the kernels see whole panels.
+	type scratch struct{ pack, tile []float32 }
+	newPack := func() scratch {
+		return scratch{pack: make([]float32, tileK*tileCols), tile: make([]float32, tileRows*tileCols)}
+	}
+	return par.For(ctx, workers, runs*colTiles, newPack, func(sc scratch, it int) error {
+		pack := sc.pack
 		t0, c0 := it/colTiles*run, it%colTiles*tileCols
 		t1 := min(t0+run, rowTiles)
 		nc := min(tileCols, n-c0)
+		ncp := (nc + simd.Panel - 1) / simd.Panel * simd.Panel
 		if k == 0 && !acc {
 			for r := t0 * tileRows; r < min(t1*tileRows, m); r++ {
 				clear(c[r*ldc+c0:][:nc])
@@ -76,12 +84,28 @@ func gemm(ctx context.Context, workers, m, n, k int, a []float32, lda int, b []f
 		for k0 := 0; k0 < k; k0 += tileK {
 			kc := min(tileK, k-k0)
 			for r := range kc {
-				copy(pack[r*nc:][:nc], b[(k0+r)*ldb+c0:][:nc])
+				row := pack[r*ncp:][:ncp]
+				copy(row, b[(k0+r)*ldb+c0:][:nc])
+				clear(row[nc:])
 			}
 			for ti := t0; ti < t1; ti++ {
 				r0 := ti * tileRows
 				mr := min(tileRows, m-r0)
-				simd.Gemm(mr, nc, kc, a[r0*lda+k0:], lda, pack, nc, c[r0*ldc+c0:], ldc, acc || k0 > 0)
+				add := acc || k0 > 0
+				if ncp == nc {
+					simd.Gemm(mr, nc, kc, a[r0*lda+k0:], lda, pack, nc, c[r0*ldc+c0:], ldc, add)
+					continue
+				}
+				tile := sc.tile[:mr*ncp]
+				if add {
+					for r := range mr {
+						copy(tile[r*ncp:][:nc], c[(r0+r)*ldc+c0:][:nc])
+					}
+				}
+				simd.Gemm(mr, ncp, kc, a[r0*lda+k0:], lda, pack, ncp, tile, ncp, add)
+				for r := range mr {
+					copy(c[(r0+r)*ldc+c0:][:nc], tile[r*ncp:][:nc])
+				}
 			}
 		}
 		return nil

@@ -122,7 +122,7 @@ type gradients struct {
 type layerMats = Layer
 
 // NewTrainer returns a trainer of w (which it updates in place) with
-// settings tc. Dim, Hidden, KVDim and Vocab must be multiples of 16.
+// settings tc.
 func NewTrainer(w *Weights, tc TrainConfig) (*Trainer, error) {
 	if w == nil {
 		return nil, fmt.Errorf("%w: nil weights", attn.ErrInput)
@@ -132,14 +132,6 @@ func NewTrainer(w *Weights, tc TrainConfig) (*Trainer, error) {
 	}
 	cfg := w.Config.WithDefaults()
 	tc = tc.withDefaults(cfg)
-	for _, d := range []struct {
-		name string
-		v    int
-	}{{"Dim", cfg.Dim}, {"Hidden", cfg.Hidden}, {"KVDim", cfg.KVDim()}, {"Vocab", cfg.Vocab}} {
-		if d.v%simd.Panel != 0 {
-			return nil, fmt.Errorf("%w: training needs %s = %d to be a multiple of %d", attn.ErrUnsupported, d.name, d.v, simd.Panel)
-		}
-	}
 	switch {
 	case tc.Context < 2:
 		return nil, fmt.Errorf("%w: Context = %d, want >= 2 (or a model SeqLen)", attn.ErrInput, tc.Context)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -33,13 +34,22 @@ func randomSeq(rng *rand.Rand, n, vocab int) []int {
 // sequence length and tied and untied output layers.
 func TestTrainGradient(t *testing.T) {
 	ctx := context.Background()
+	// odd is a model whose widths are no multiple of the products' panels
+	// of 16: head size 10, one key/value head, a vocabulary of 47.
+	odd := Config{Dim: 40, Hidden: 50, Layers: 2, Heads: 4, KVHeads: 1, Vocab: 47, SeqLen: 24}
 	for _, tc := range []struct {
 		attention string
 		tied      bool
-	}{{"exact", false}, {"exact", true}, {"linear", false}, {"window:left=3", false}} {
-		t.Run(tc.attention, func(t *testing.T) {
+		cfg       *Config
+	}{{"exact", false, nil}, {"exact", true, nil}, {"linear", false, nil}, {"window:left=3", false, nil}, {"exact", false, &odd}, {"window:left=3", true, &odd}} {
+		cfg := trainConfig(tc.tied)
+		if tc.cfg != nil {
+			cfg = *tc.cfg
+			cfg.TiedOutput = tc.tied
+		}
+		t.Run(fmt.Sprintf("%s/dim%d", tc.attention, cfg.Dim), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(tc.attention))))
-			w, err := RandomWeights(trainConfig(tc.tied), 3)
+			w, err := RandomWeights(cfg, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +57,7 @@ func TestTrainGradient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			batch := [][]int{randomSeq(rng, 20, 48), randomSeq(rng, 13, 48)}
+			batch := [][]int{randomSeq(rng, 20, cfg.Vocab), randomSeq(rng, 13, cfg.Vocab)}
 			if _, err := tr.Gradient(ctx, batch); err != nil {
 				t.Fatal(err)
 			}
