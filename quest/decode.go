@@ -1,0 +1,284 @@
+package quest
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/decstore"
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// Decoder is Quest's incremental form (see the package documentation):
+// exact attention for prompt chunks, page selection for generated
+// tokens. It implements attn.Decoder, attn.Appender and attn.Fallbacker
+// and is not safe for concurrent use.
+type Decoder struct {
+	*decstore.Decoder[*scratch]
+	r *rule
+}
+
+// rule is the decode rule over the store, with the page summaries.
+type rule struct {
+	m     *Quest
+	st    *decstore.Store
+	scale float32
+	// summ holds, per sequence and key/value head, a row of 2·D per
+	// page: the channel-wise maximum of its keys, then the minimum.
+	summ    [][]float32
+	indexed []int
+
+	// Rows the steps have read: keys and values, and page summaries,
+	// for the tests that check a step reads a fraction of the cache.
+	rowsRead, pagesScored atomic.Int64
+}
+
+// NewDecoder returns an empty decoder with m's parameters for the batch
+// of cfg. A cfg.Storage other than "" or "f32" and a cfg.Window are
+// errors wrapping attn.ErrUnsupported.
+func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
+	st, err := decstore.NewStore("quest", cfg, math.MaxInt)
+	if err != nil {
+		return nil, err
+	}
+	r := &rule{m: m, st: st, scale: cfg.ScaleFor(), summ: make([][]float32, cfg.B*cfg.HKV), indexed: make([]int, cfg.B*cfg.HKV)}
+	return &Decoder{Decoder: decstore.New(st, r), r: r}, nil
+}
+
+// scratch is one worker's.
+type scratch struct {
+	q, q2      []float32 // the group's scaled queries [g][D], and [g][q⁺, q⁻]
+	score      []float32 // [g][pages]
+	comb, work []float32
+	mark       []bool
+	ranges     []span
+	logits     []float32 // [g][attended]
+	acc        []float32 // [g][D]
+	sums       []float32 // [g]
+}
+
+type span struct{ lo, hi int }
+
+func (r *rule) NewScratch() *scratch { return &scratch{} }
+
+func (r *rule) Reset() {
+	for i := range r.summ {
+		r.summ[i] = r.summ[i][:0]
+	}
+	clear(r.indexed)
+}
+
+func (r *rule) Bytes() int {
+	n := 0
+	for _, s := range r.summ {
+		n += 4 * cap(s)
+	}
+	return n
+}
+
+// Index folds positions [indexed, n) into their pages' summaries.
+func (r *rule) Index(_ *scratch, b, kvh, n int) {
+	cfg := r.st.Config()
+	dd, page := cfg.D, r.m.page
+	i := b*cfg.HKV + kvh
+	k := r.st.Head(b, kvh).K
+	summ := r.summ[i]
+	for p := r.indexed[i]; p < n; p++ {
+		key := k[p*dd : (p+1)*dd]
+		if p%page == 0 {
+			summ = append(summ, key...)
+			summ = append(summ, key...)
+			continue
+		}
+		row := summ[p/page*2*dd:][:2*dd]
+		hi, lo := row[:dd], row[dd:]
+		for c, x := range key {
+			hi[c] = max(hi[c], x)
+			lo[c] = min(lo[c], x)
+		}
+	}
+	r.summ[i] = summ
+	r.indexed[i] = n
+}
+
+// layout returns, for a query at position p, the end of the sinks s0,
+// the start of the recent window r0 and the candidate pages [jlo, jhi):
+// those not inside [0, s0) or [r0, p].
+func (m *Quest) layout(p int) (s0, r0, jlo, jhi int) {
+	visible := p + 1
+	s0 = min(m.sinks, visible)
+	r0 = max(s0, min(visible-m.recent, p/m.page*m.page))
+	jlo, jhi = s0/m.page, (r0+m.page-1)/m.page
+	return s0, r0, jlo, max(jlo, jhi)
+}
+
+// Decode attends the group's queries at position p to the sinks, the
+// recent window and the chosen pages.
+func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
+	m := r.m
+	cfg := r.st.Config()
+	dd, g, page := cfg.D, cfg.H/cfg.HKV, m.page
+	sc.q = grow(sc.q, g*dd)
+	for i, x := range q {
+		sc.q[i] = x * r.scale
+	}
+	visible := p + 1
+	s0, r0, jlo, jhi := m.layout(p)
+	nc, kp := jhi-jlo, m.budget/page
+	sc.ranges = sc.ranges[:0]
+	if nc <= kp {
+		sc.ranges = append(sc.ranges, span{0, visible})
+	} else {
+		sc.mark = growBool(sc.mark, nc)
+		clear(sc.mark)
+		r.choose(sc, b, kvh, jlo, nc, kp)
+		sc.add(0, s0)
+		for j, ok := range sc.mark {
+			if ok {
+				sc.add(max((jlo+j)*page, s0), min((jlo+j+1)*page, r0))
+			}
+		}
+		sc.add(r0, visible)
+	}
+	r.attend(sc, r.st.Head(b, kvh), g, out, lse)
+}
+
+// scores sets sc.score [g][nc] to the scores of candidate pages
+// [jlo, jlo+nc) for the group's scaled queries sc.q: the upper bound
+// [q⁺, q⁻]·[max, min] of each head's logits within each page.
+func (r *rule) scores(sc *scratch, b, kvh, jlo, nc int) {
+	cfg := r.st.Config()
+	dd, g := cfg.D, cfg.H/cfg.HKV
+	sc.q2 = grow(sc.q2, g*2*dd)
+	for h := range g {
+		for c, x := range sc.q[h*dd : (h+1)*dd] {
+			sc.q2[h*2*dd+c] = max(x, 0)
+			sc.q2[h*2*dd+dd+c] = min(x, 0)
+		}
+	}
+	sc.score = grow(sc.score, g*nc)
+	summ := r.summ[b*cfg.HKV+kvh][jlo*2*dd:]
+	simd.DotRows(sc.score, nc, sc.q2, 2*dd, g, summ, 2*dd, nc, 2*dd)
+	r.pagesScored.Add(int64(nc))
+}
+
+// choose marks the pages the group reads among candidates [jlo, jlo+nc),
+// kp of them for each head (GroupUnion) or for the group (GroupMax).
+func (r *rule) choose(sc *scratch, b, kvh, jlo, nc, kp int) {
+	cfg := r.st.Config()
+	g := cfg.H / cfg.HKV
+	r.scores(sc, b, kvh, jlo, nc)
+	sc.work = grow(sc.work, nc)
+	if r.m.group == GroupMax {
+		sc.comb = grow(sc.comb, nc)
+		copy(sc.comb, sc.score[:nc])
+		for h := 1; h < g; h++ {
+			for j, x := range sc.score[h*nc : (h+1)*nc] {
+				sc.comb[j] = max(nanInf(sc.comb[j]), nanInf(x))
+			}
+		}
+		pick(sc.comb, kp, sc.work, sc.mark)
+		return
+	}
+	for h := range g {
+		pick(sc.score[h*nc:(h+1)*nc], kp, sc.work, sc.mark)
+	}
+}
+
+// add appends positions [lo, hi) to the ranges, merged with the last
+// range when they touch.
+func (sc *scratch) add(lo, hi int) {
+	if lo >= hi {
+		return
+	}
+	if n := len(sc.ranges); n > 0 && sc.ranges[n-1].hi == lo {
+		sc.ranges[n-1].hi = hi
+		return
+	}
+	sc.ranges = append(sc.ranges, span{lo, hi})
+}
+
+// attend computes the softmax of the group's scaled queries over the
+// positions of sc.ranges, exactly.
+func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32) {
+	dd := r.st.Config().D
+	total := 0
+	for _, s := range sc.ranges {
+		total += s.hi - s.lo
+	}
+	r.rowsRead.Add(int64(total))
+	sc.logits = grow(sc.logits, g*total)
+	off := 0
+	for _, s := range sc.ranges {
+		simd.DotRows(sc.logits[off:], total, sc.q, dd, g, hd.K[s.lo*dd:], dd, s.hi-s.lo, dd)
+		off += s.hi - s.lo
+	}
+	sc.acc = grow(sc.acc, g*dd)
+	clear(sc.acc)
+	sc.sums = grow(sc.sums, g)
+	for h := range g {
+		row := sc.logits[h*total : (h+1)*total]
+		mx := simd.Max(row)
+		sc.sums[h] = simd.ExpSum(row, mx)
+		lse[h] = mx + float32(math.Log(float64(sc.sums[h])))
+	}
+	off = 0
+	for _, s := range sc.ranges {
+		n := s.hi - s.lo
+		if dd%simd.Panel == 0 {
+			simd.Gemm(g, dd, n, sc.logits[off:], total, hd.V[s.lo*dd:], dd, sc.acc, dd, true)
+		} else {
+			for h := range g {
+				acc := sc.acc[h*dd : (h+1)*dd]
+				for t, w := range sc.logits[h*total+off : h*total+off+n] {
+					if w != 0 {
+						simd.Axpy(w, hd.V[(s.lo+t)*dd:][:dd], acc)
+					}
+				}
+			}
+		}
+		off += n
+	}
+	for h := range g {
+		inv := 1 / sc.sums[h]
+		for c, x := range sc.acc[h*dd : (h+1)*dd] {
+			out[h*dd+c] = x * inv
+		}
+	}
+}
+
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
+func growBool(buf []bool, n int) []bool {
+	if cap(buf) < n {
+		return make([]bool, n)
+	}
+	return buf[:n]
+}
+
+// Fallback says when a decode step is exact attention: when the query,
+// which sees s.M positions (its own included), has no more candidate
+// pages than its budget.
+func (d *Decoder) Fallback(s attn.Shape, o attn.Options) string {
+	m := d.r.m
+	if s.M <= 0 {
+		return ""
+	}
+	_, _, jlo, jhi := m.layout(s.M - 1)
+	if kp := m.budget / m.page; jhi-jlo <= kp {
+		return fmt.Sprintf("M = %d positions: the budget of %d pages covers the %d pages outside the sinks and the recent window: the decoder attended exactly", s.M, kp, jhi-jlo)
+	}
+	return ""
+}
+
+var (
+	_ attn.Decoder    = (*Decoder)(nil)
+	_ attn.Appender   = (*Decoder)(nil)
+	_ attn.Fallbacker = (*Decoder)(nil)
+)
