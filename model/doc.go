@@ -96,8 +96,8 @@
 // any number of workers, and Save then Resume continue a run exactly:
 // the checkpoint is a GGUF model file (which every reader here accepts)
 // with the settings, step and Adam's moments added as train.* entries.
-// Training needs Dim, Hidden, KVDim and Vocab to be multiples of 16 (the
-// products' column panels); head sizes may be anything even.
+// Widths need not be multiples of the products' column panels of 16:
+// the last panel is zero-padded. Head sizes may be anything even.
 //
 // A model trained with linear or window attention records it
 // (Config.Attention, GGUF key attn.attention) and runs with it: its
