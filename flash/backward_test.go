@@ -76,41 +76,22 @@ func attention64(s attn.Shape, q, k, v []float64, scale float64, vis gradVis) (o
 	return out, lse
 }
 
-// gradients64 is the analytic gradient of L = Σ dout ∘ out with respect
-// to q, k and v, in float64, written from the softmax's derivative:
-// dv_j = Σ_i P_ij dO_i, dS_ij = P_ij (dO_i·v_j − dO_i·o_i),
-// dq_i = scale Σ_j dS_ij k_j, dk_j = scale Σ_i dS_ij q_i.
-func gradients64(s attn.Shape, q, k, v, dout []float64, scale float64, vis gradVis) (dq, dk, dv []float64) {
-	d := s.D
-	out, lse := attention64(s, q, k, v, scale, vis)
-	dq = make([]float64, s.QLen())
-	dk = make([]float64, s.KVLen())
-	dv = make([]float64, s.KVLen())
+// gradients64 is the float64 reference gradient of L = Σ dout ∘ out with
+// respect to q, k and v under vis: ref.AttentionBackward with vis as its
+// dense mask, the one reference every mechanism's backward is tested by.
+func gradients64(t testing.TB, s attn.Shape, q, k, v, dout []float32, scale float64, vis gradVis) (dq, dk, dv []float64) {
+	t.Helper()
+	mask := make([]bool, s.B*s.N*s.M)
 	for b := range s.B {
-		for h := range s.H {
-			kv := (b*s.HKV + h/s.Group()) * s.M
-			for i := range s.N {
-				row := (b*s.H+h)*s.N + i
-				if math.IsInf(lse[row], -1) {
-					continue
-				}
-				g := dout[row*d:][:d]
-				delta := dot64(g, out[row*d:][:d])
-				for j := range s.M {
-					if !vis(b, i, j) {
-						continue
-					}
-					kj, vj := k[(kv+j)*d:][:d], v[(kv+j)*d:][:d]
-					p := math.Exp(scale*dot64(q[row*d:][:d], kj) - lse[row])
-					ds := p * (dot64(g, vj) - delta)
-					for c := range d {
-						dv[(kv+j)*d+c] += p * g[c]
-						dq[row*d+c] += scale * ds * kj[c]
-						dk[(kv+j)*d+c] += scale * ds * q[row*d+c]
-					}
-				}
+		for i := range s.N {
+			for j := range s.M {
+				mask[(b*s.N+i)*s.M+j] = vis(b, i, j)
 			}
 		}
+	}
+	dq, dk, dv, err := ref.AttentionBackward(s, q, k, v, dout, ref.Spec{Scale: scale, Mask: mask})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dq, dk, dv
 }
@@ -219,7 +200,7 @@ func (c *gradCase) check(t *testing.T) {
 	t.Helper()
 	vis := gradVisOf(c.s, c.o, c.pat)
 	scale := float64(c.o.ScaleFor(c.s.D))
-	dq, dk, dv := gradients64(c.s, to64(c.q), to64(c.k), to64(c.v), to64(c.dout), scale, vis)
+	dq, dk, dv := gradients64(t, c.s, c.q, c.k, c.v, c.dout, scale, vis)
 	for _, g := range []struct {
 		name string
 		got  []float32
@@ -295,7 +276,7 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 			out, _ := attention64(s, q, k, v, scale, vis)
 			return dot64(out, g)
 		}
-		dq, dk, dv := gradients64(s, q, k, v, g, scale, vis)
+		dq, dk, dv := gradients64(t, s, c.q, c.k, c.v, c.dout, scale, vis)
 		const h = 1e-5
 		for _, x := range []struct {
 			name string
