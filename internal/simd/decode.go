@@ -23,20 +23,20 @@ package simd
 // as Gemm does, but on an n that is not a multiple of 8.
 func GemmBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16) {
 	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gemmBF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+	active.gemmBF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
 }
 
 // GemmF16 is GemmBF16 with B in IEEE 754 binary16 (see WidenF16).
 func GemmF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16) {
 	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gemmF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+	active.gemmF16(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
 }
 
 // GemmPF is GemmBF16 with B in float32: Gemm with n a multiple of 8 and
 // a prefetch hint.
 func GemmPF(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32) {
 	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gemmPF(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+	active.gemmPF(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
 }
 
 // checkGemm8 is checkGemm with n a multiple of 8 instead of Panel.
@@ -64,19 +64,19 @@ func checkGemm8(m, n, k, la, lda, lb, ldb, lc, ldc int) {
 // result.
 func DotRowsPF(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int, pf []float32) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsPF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+	active.dotRowsPF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
 }
 
 // DotRowsBF16PF is DotRowsBF16 with the prefetch hint of DotRowsPF.
 func DotRowsBF16PF(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsBF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+	active.dotRowsBF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
 }
 
 // DotRowsF16PF is DotRowsF16 with the prefetch hint of DotRowsPF.
 func DotRowsF16PF(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+	active.dotRowsF16PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
 }
 
 // The Go versions: a prefetch hint means nothing to them.

@@ -1,10 +1,16 @@
 package simd
 
+import "os"
+
 //go:generate go run -C _asm . -out ../simd_amd64.s -stubs ../stubs_amd64.go -pkg simd
 
 // implementation is one complete set of kernels.
 type implementation struct {
-	name    string
+	name string
+	// bf16Dot is set where DotRowsBF16, DotRowsBF16PF and GemmBF16 round
+	// their float32 operand to bfloat16 and multiply pairs with VDPBF16PS
+	// (see DotRowsBF16); the tests then compare them with that rounding.
+	bf16Dot bool
 	gemm    func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
 	expSum  func(x []float32, shift float32) float32
 	exp     func(dst, x []float32) // len(dst) >= len(x)
@@ -88,50 +94,9 @@ var genericImpl = implementation{
 }
 
 // implementations lists every set of kernels this CPU can run, the
-// generic one first and the preferred one last. The tests run them all.
+// generic one first and the most capable last. The tests run them all.
 var implementations = append([]implementation{genericImpl}, asmImplementations()...)
 
-// active is the set of kernels in use.
-var active = implementations[len(implementations)-1]
-
-// The kernels in use, called by the exported functions.
-var (
-	gemm    = active.gemm
-	expSum  = active.expSum
-	exp     = active.exp
-	expMul  = active.expMul
-	maxOf   = active.max
-	scale   = active.scale
-	dot     = active.dot
-	axpy    = active.axpy
-	readSum = active.readSum
-	fmaPeak = active.fmaPeak
-
-	widenBF16 = active.widenBF16
-	widenF16  = active.widenF16
-	dotRows   = active.dotRows
-
-	dotRowsBF16 = active.dotRowsBF16
-	dotRowsF16  = active.dotRowsF16
-
-	gemmBF16 = active.gemmBF16
-	gemmF16  = active.gemmF16
-
-	gemmPF = active.gemmPF
-
-	dotRowsPF     = active.dotRowsPF
-	dotRowsBF16PF = active.dotRowsBF16PF
-	dotRowsF16PF  = active.dotRowsF16PF
-
-	dotRowsI8    = active.dotRowsI8
-	dotRowsI8PF  = active.dotRowsI8PF
-	gemmI8       = active.gemmI8
-	widenI8      = active.widenI8
-	scaleColumns = active.scaleColumns
-
-	gemmPanels    = active.gemmPanels
-	onlineSoftmax = active.onlineSoftmax
-	attendPanels  = active.attendPanels
-	panelFromRows = active.panelFromRows
-	rowsFromPanel = active.rowsFromPanel
-)
+// active is the set of kernels in use, called by the exported functions:
+// the most capable one, or the one ATTN_KERNELS asks for.
+var active, kernelsNote = chooseKernels(os.Getenv("ATTN_KERNELS"))

@@ -4,19 +4,38 @@ package simd
 
 import "golang.org/x/sys/cpu"
 
-// asmImplementations returns the assembly kernels of simd_amd64.s when
-// the CPU and the OS support AVX2 and FMA. WidenF16, DotRowsF16 and GemmF16
-// also need F16C, which every CPU with AVX2 has (Intel since Ivy Bridge, AMD
-// since Piledriver); should one lack it, the Go versions stand in.
+// asmImplementations returns the assembly kernel families of
+// simd_amd64.s that the CPU and the OS support: avx2 (AVX2 and FMA), then
+// avx512 (AVX-512 F, BW, VL and DQ, with the zmm state enabled by the OS)
+// and avx512bf16 (AVX512-BF16 too), each the one before with some kernels
+// replaced. WidenF16, DotRowsF16 and GemmF16 also need F16C, which every
+// CPU with AVX2 has (Intel since Ivy Bridge, AMD since Piledriver); should
+// one lack it, the Go versions stand in.
 func asmImplementations() []implementation {
-	if !cpu.X86.HasAVX || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+	x := cpu.X86
+	if !x.HasAVX || !x.HasAVX2 || !x.HasFMA {
 		return nil
 	}
+	impls := []implementation{avx2Implementation()}
+	if !x.HasAVX512F || !x.HasAVX512BW || !x.HasAVX512VL || !x.HasAVX512DQ {
+		return impls
+	}
+	a := impls[0]
+	a.name = "avx512"
+	a.fmaPeak = fmaPeakAVX512
+	a.gemmPanels = gemmPanelsAVX512
+	a.onlineSoftmax = onlineSoftmaxAVX512
+	a.attendPanels = attendPanelsAVX512
+	impls = append(impls, a)
+	return impls
+}
+
+func avx2Implementation() implementation {
 	f16, dotF16, gemmF16, dotF16PF := widenF16Generic, dotRowsF16Generic, gemmF16Generic, dotRowsF16PFGeneric
 	if cpu.X86.HasF16C {
 		f16, dotF16, gemmF16, dotF16PF = widenF16AVX2, dotRowsF16AVX2, gemmF16AVX2, dotRowsF16PFAVX2
 	}
-	return []implementation{{
+	return implementation{
 		name:    "avx2",
 		gemm:    gemmAVX2,
 		expSum:  expSumAVX2,
@@ -56,5 +75,5 @@ func asmImplementations() []implementation {
 		attendPanels:  attendPanelsAVX2,
 		panelFromRows: panelFromRowsAVX2,
 		rowsFromPanel: rowsFromPanelAVX2,
-	}}
+	}
 }

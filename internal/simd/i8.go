@@ -14,13 +14,13 @@ package simd
 // panics as DotRows does.
 func DotRowsI8(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsI8(s, lds, q, ldq, rows, k, ldk, n, d)
+	active.dotRowsI8(s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
 // DotRowsI8PF is DotRowsI8 with the prefetch hint of DotRowsPF.
 func DotRowsI8PF(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsI8PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
+	active.dotRowsI8PF(s, lds, q, ldq, rows, k, ldk, n, d, pf)
 }
 
 // GemmI8 is GemmBF16 with B in int8, widened to float32 in registers as
@@ -31,7 +31,7 @@ func DotRowsI8PF(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk
 // prefetch hint of GemmBF16. GemmI8 panics as GemmBF16 does.
 func GemmI8(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8) {
 	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gemmI8(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
+	active.gemmI8(m, n, k, a, lda, b, ldb, c, ldc, accumulate, pf)
 }
 
 // WidenI8 dequantises rows of int8 codes: for each row r < len(scale) of
@@ -42,7 +42,7 @@ func WidenI8(dst []float32, src []int8, scale []float32, ld int) {
 	if ld < 0 || len(dst) != len(src) || len(src) != len(scale)*ld {
 		panic("simd: WidenI8 with ld < 0, len(dst) != len(src) or len(src) != len(scale)·ld")
 	}
-	widenI8(dst, src, scale, ld)
+	active.widenI8(dst, src, scale, ld)
 }
 
 // ScaleColumns multiplies column j of rows × len(f) matrix s (row stride
@@ -57,7 +57,7 @@ func ScaleColumns(s []float32, lds, rows int, f []float32) {
 	if rows > 0 && len(f) > 0 && (lds < len(f) || len(s) < (rows-1)*lds+len(f)) {
 		panic("simd: ScaleColumns with s too short or lds < len(f)")
 	}
-	scaleColumns(s, lds, rows, f)
+	active.scaleColumns(s, lds, rows, f)
 }
 
 // The Go versions.

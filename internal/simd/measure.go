@@ -25,7 +25,7 @@ import (
 func MeasurePeakGFlops(workers int, dur time.Duration) float64 {
 	const iters = 1 << 12 // a chunk: about 8 µs at 100 GFLOP/s
 	rate := runChunks(workers, dur, 3, func(int) int64 {
-		fmaPeak(iters)
+		active.fmaPeak(iters)
 		return iters * PeakFlopsPerIter
 	})
 	return rate / 1e9
@@ -59,7 +59,7 @@ func MeasureReadGBps(bufBytes int, workers int) float64 {
 		part := buf[w*per:][:per]
 		b := part[offs[w]:min(offs[w]+block, per)]
 		for range repeat {
-			readSum(b)
+			active.readSum(b)
 		}
 		offs[w] += len(b)
 		if offs[w] == per {

@@ -13,7 +13,7 @@ const Panel = 16
 // than its row or a slice is too short for its matrix.
 func Gemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
 	checkGemm(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
+	active.gemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate)
 }
 
 func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) {
@@ -38,7 +38,7 @@ func checkGemm(m, n, k, la, lda, lb, ldb, lc, ldc int) {
 // values. Callers pass shift >= max(x), so every result is in [0, 1].
 // The results are those of Exp on x[i]-shift; the sum is added in
 // float32 lanes, in an unspecified order.
-func ExpSum(x []float32, shift float32) float32 { return expSum(x, shift) }
+func ExpSum(x []float32, shift float32) float32 { return active.expSum(x, shift) }
 
 // Exp sets dst[i] = exp(x[i]) for every i. Results that would be
 // subnormal (x < -87.33654) are 0, results beyond the float32 range
@@ -49,7 +49,7 @@ func Exp(dst, x []float32) {
 	if len(dst) != len(x) {
 		panic("simd: Exp with len(dst) != len(x)")
 	}
-	exp(dst, x)
+	active.exp(dst, x)
 }
 
 // ExpMul sets p[i] = exp(p[i]) and then g[i] *= p[i] for every i: the
@@ -70,15 +70,15 @@ func ExpMul(p, g []float32) {
 	if len(p) != len(g) {
 		panic("simd: ExpMul with len(p) != len(g)")
 	}
-	expMul(p, g)
+	active.expMul(p, g)
 }
 
 // Max returns the largest element of x, -Inf for an empty x and NaN if x
 // holds a NaN.
-func Max(x []float32) float32 { return maxOf(x) }
+func Max(x []float32) float32 { return active.max(x) }
 
 // Scale multiplies x by c in place.
-func Scale(x []float32, c float32) { scale(x, c) }
+func Scale(x []float32, c float32) { active.scale(x, c) }
 
 // Dot returns the sum of x[i]·y[i], added in an unspecified order. It
 // panics if len(x) != len(y).
@@ -86,7 +86,7 @@ func Dot(x, y []float32) float32 {
 	if len(x) != len(y) {
 		panic("simd: Dot with len(x) != len(y)")
 	}
-	return dot(x, y)
+	return active.dot(x, y)
 }
 
 // Axpy sets y[i] += a·x[i]. It panics if len(x) != len(y).
@@ -94,7 +94,7 @@ func Axpy(a float32, x, y []float32) {
 	if len(x) != len(y) {
 		panic("simd: Axpy with len(x) != len(y)")
 	}
-	axpy(a, x, y)
+	active.axpy(a, x, y)
 }
 
 // PeakFlopsPerIter is the number of floating-point operations FMAPeak
@@ -106,17 +106,13 @@ const PeakFlopsPerIter = 12 * 8 * 2
 // computed from them, so that nothing can be skipped. It measures the
 // floating-point peak of one core: with the assembly kernels, the FMA
 // pipes of the CPU; with the Go ones, scalar multiply-adds.
-func FMAPeak(iters int) float32 { return fmaPeak(iters) }
+func FMAPeak(iters int) float32 { return active.fmaPeak(iters) }
 
 // ReadSum returns the sum of x, added in an unspecified order: a
 // sequential read of every line of x at the speed of the memory, which
 // is its use (MeasureReadGBps, and bringing a block of a KV cache into
 // the caches before the kernels read it in another order).
-func ReadSum(x []float32) float32 { return readSum(x) }
-
-// Implementation names the kernels in use: "avx2" (assembly with AVX2
-// and FMA) or "generic" (plain Go).
-func Implementation() string { return active.name }
+func ReadSum(x []float32) float32 { return active.readSum(x) }
 
 // WidenBF16 sets dst[i] to the float32 whose bits are src[i]<<16: src
 // holds bfloat16 values, the upper halves of float32s, and the widening
@@ -126,7 +122,7 @@ func WidenBF16(dst []float32, src []uint16) {
 	if len(dst) != len(src) {
 		panic("simd: WidenBF16 with len(dst) != len(src)")
 	}
-	widenBF16(dst, src)
+	active.widenBF16(dst, src)
 }
 
 // WidenF16 sets dst[i] to the IEEE 754 binary16 value src[i] as a
@@ -139,7 +135,7 @@ func WidenF16(dst []float32, src []uint16) {
 	if len(dst) != len(src) {
 		panic("simd: WidenF16 with len(dst) != len(src)")
 	}
-	widenF16(dst, src)
+	active.widenF16(dst, src)
 }
 
 // DotRows sets s[r*lds+j] to the dot product of row r of q (q[r*ldq:],
@@ -155,7 +151,7 @@ func WidenF16(dst []float32, src []uint16) {
 // or a slice is too short for its rows.
 func DotRows(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRows(s, lds, q, ldq, rows, k, ldk, n, d)
+	active.dotRows(s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
 // DotRowsBF16 is DotRows with the keys in bfloat16 (see WidenBF16),
@@ -163,7 +159,7 @@ func DotRows(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk,
 // on the widened k. It panics as DotRows does.
 func DotRowsBF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsBF16(s, lds, q, ldq, rows, k, ldk, n, d)
+	active.dotRowsBF16(s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
 // DotRowsF16 is DotRows with the keys in IEEE 754 binary16 (see
@@ -171,7 +167,7 @@ func DotRowsBF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, l
 // DotRows on the widened k. It panics as DotRows does.
 func DotRowsF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
-	dotRowsF16(s, lds, q, ldq, rows, k, ldk, n, d)
+	active.dotRowsF16(s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
 func checkDotRows(ls, lds, lq, ldq, rows, lk, ldk, n, d int) {

@@ -1,11 +1,16 @@
 package simd
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/attnkit/attn"
 )
 
 // The tests run every implementation this CPU supports (see
@@ -72,13 +77,80 @@ func forEachImpl(t *testing.T, f func(t *testing.T, impl implementation)) {
 }
 
 func TestImplementations(t *testing.T) {
-	names := make([]string, len(implementations))
-	for i, impl := range implementations {
-		names[i] = impl.name
+	names := Families()
+	var missing []string
+	for _, f := range familyNames {
+		if !slices.Contains(names, f) {
+			missing = append(missing, f)
+		}
 	}
-	t.Logf("implementations: %v; in use: %s", names, Implementation())
-	if implementations[0].name != "generic" || active.name != implementations[len(implementations)-1].name {
-		t.Errorf("implementations %v, active %s", names, active.name)
+	// Every test that runs forEachImpl covers these families.
+	t.Logf("kernel families covered: %v; not on this CPU or build: %v; in use: %s", names, missing, Kernels())
+	want, _ := chooseKernels(os.Getenv("ATTN_KERNELS"))
+	if names[0] != "generic" || active != want || Implementation() != Kernels() {
+		t.Errorf("implementations %v, active %s, want %s", names, active.name, want.name)
+	}
+	for i, f := range names {
+		if j := slices.Index(familyNames, f); j < 0 || (i > 0 && j <= slices.Index(familyNames, names[i-1])) {
+			t.Errorf("families %v not in the order of %v", names, familyNames)
+		}
+	}
+}
+
+func TestChooseKernels(t *testing.T) {
+	names := Families()
+	best := names[len(names)-1]
+	for _, c := range []struct {
+		req, want string
+		note      bool
+	}{
+		{"", best, false},
+		{"  ", best, false},
+		{"go", "generic", false},
+		{" PureGo ", "generic", false},
+		{"generic", "generic", false},
+		{"sse2", best, true},
+		{"avx2", map[bool]string{true: "avx2", false: "generic"}[slices.Contains(names, "avx2")], !slices.Contains(names, "avx2")},
+		{"avx512", names[len(names)-1-boolInt(best == "avx512bf16")], !slices.Contains(names, "avx512")},
+		{"AVX512BF16", best, best != "avx512bf16"},
+	} {
+		impl, note := chooseKernels(c.req)
+		if impl.name != c.want || (note != "") != c.note {
+			t.Errorf("ATTN_KERNELS=%q: %s, note %q; want %s, a note %v", c.req, impl.name, note, c.want, c.note)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestUseKernels(t *testing.T) {
+	orig := Kernels()
+	defer UseKernels(orig)
+	for _, f := range Families() {
+		if _, err := UseKernels(f); err != nil || Kernels() != f {
+			t.Fatalf("UseKernels(%s): %v, in use %s", f, err, Kernels())
+		}
+		// The exported functions call the family in use.
+		x := []float32{1, 2, 3}
+		if d := Dot(x, x); d != 14 {
+			t.Errorf("%s: Dot = %v", f, d)
+		}
+	}
+	if _, err := UseKernels("sse2"); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("UseKernels(sse2): %v, want ErrInput", err)
+	}
+	for _, f := range familyNames {
+		if !slices.Contains(Families(), f) {
+			before := Kernels()
+			if _, err := UseKernels(f); !errors.Is(err, attn.ErrUnsupported) || Kernels() != before {
+				t.Errorf("UseKernels(%s) on a CPU without it: %v, in use %s", f, err, Kernels())
+			}
+		}
 	}
 }
 

@@ -175,3 +175,25 @@ func widenI8AVX2(dst []float32, src []int8, scale []float32, ld int)
 //
 //go:noescape
 func scaleColumnsAVX2(s []float32, lds int, rows int, f []float32)
+
+// fmaPeakAVX512 runs iters/2 rounds of 12 independent zmm FMAs and, for an odd iters,
+// a round of 12 ymm FMAs (192 flops an iteration), and returns a sum of the results.
+func fmaPeakAVX512(iters int) float32
+
+// gemmPanelsAVX512 is gemmPanelsAVX2 with AVX-512 (see GemmPanels): n must be a multiple
+// of 16; the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmPanelsAVX512(m int, n int, k int, a []float32, ar int, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
+
+// onlineSoftmaxAVX512 is onlineSoftmaxAVX2 with AVX-512 (see OnlineSoftmax).
+// The slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func onlineSoftmaxAVX512(s []float32, ps int, n int, np int, lim []float32, m []float32, l []float32, acc []float32, pacc int, dacc int)
+
+// attendPanelsAVX512 is attendPanelsAVX2 with AVX-512 (see AttendPanels).
+// The slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func attendPanelsAVX512(np int, n int, d int, k []float32, kr int, kc int, qt []float32, pq int, st []float32, v []float32, vr int, vc int, m []float32, l []float32, acc []float32, pacc int, pfk []float32, pfv []float32)

@@ -25,7 +25,7 @@ const MR = 6
 // for its matrix.
 func GemmPanels(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool) {
 	checkGemmPanels(m, n, k, len(a), ar, ac, len(b), pb, len(c), pc)
-	gemmPanels(m, n, k, a, ar, ac, b, pb, c, pc, accumulate)
+	active.gemmPanels(m, n, k, a, ar, ac, b, pb, c, pc, accumulate)
 }
 
 func checkGemmPanels(m, n, k, la, ar, ac, lb, pb, lc, pc int) {
@@ -89,7 +89,7 @@ func checkGemmPanels(m, n, k, la, ar, ac, lb, pb, lc, pc int) {
 // too short.
 func OnlineSoftmax(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int) {
 	checkOnlineSoftmax(len(s), ps, n, np, len(lim), len(m), len(l), len(acc), pacc, dacc)
-	onlineSoftmax(s, ps, n, np, lim, m, l, acc, pacc, dacc)
+	active.onlineSoftmax(s, ps, n, np, lim, m, l, acc, pacc, dacc)
 }
 
 func checkOnlineSoftmax(ls, ps, n, np, llim, lm, ll, lacc, pacc, dacc int) {
@@ -149,7 +149,7 @@ func checkOnlineSoftmax(ls, ps, n, np, llim, lm, ll, lacc, pacc, dacc int) {
 // calls would.
 func AttendPanels(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32) {
 	checkAttendPanels(np, n, d, len(k), kr, kc, len(qt), pq, len(st), len(v), vr, vc, len(m), len(l), len(acc), pacc)
-	attendPanels(np, n, d, k, kr, kc, qt, pq, st, v, vr, vc, m, l, acc, pacc, pfk, pfv)
+	active.attendPanels(np, n, d, k, kr, kc, qt, pq, st, v, vr, vc, m, l, acc, pacc, pfk, pfv)
 }
 
 func checkAttendPanels(np, n, d, lk, kr, kc, lqt, pq, lst, lv, vr, vc, lm, ll, lacc, pacc int) {
@@ -183,7 +183,7 @@ func checkAttendPanels(np, n, d, lk, kr, kc, lqt, pq, lst, lv, vr, vc, lm, ll, l
 // d·Panel or a row src[off[x]:off[x]+d] is out of range.
 func PanelFromRows(dst, src []float32, off []int, d int, scale float32) {
 	checkPanelRows(len(dst), len(src), off, d)
-	panelFromRows(dst, src, off, d, scale)
+	active.panelFromRows(dst, src, off, d, scale)
 }
 
 // RowsFromPanel scatters a panel back into up to Panel rows, each scaled
@@ -198,7 +198,7 @@ func RowsFromPanel(dst []float32, off []int, src, f []float32, d int) {
 	if len(f) < len(off) {
 		panic("simd: RowsFromPanel with f shorter than off")
 	}
-	rowsFromPanel(dst, off, src, f, d)
+	active.rowsFromPanel(dst, off, src, f, d)
 }
 
 func checkPanelRows(lpanel, lrows int, off []int, d int) {

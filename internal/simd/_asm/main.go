@@ -1,4 +1,5 @@
-// Command _asm generates the AVX2+FMA assembly of package simd with avo.
+// Command _asm generates the AVX2+FMA and AVX-512 assembly of package simd
+// with avo.
 //
 // Run it through go generate in the parent directory:
 //
@@ -10,10 +11,12 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"log"
 	"math"
 	"os"
 	"regexp"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -54,21 +57,50 @@ func main() {
 	widenI8()
 	scaleColumns()
 
-	Generate()
-	checkRegisters(flag.Lookup("out").Value.String())
-}
+	fmaPeak512()
+	gemmPanels512()
+	onlineSoftmax512()
+	attendPanels512()
 
-// checkRegisters fails if the register allocator, short of the 16 AVX2
-// registers, used X16..X31 or Y16..Y31: instructions with them assemble
-// as AVX-512 and fault on AVX2-only CPUs.
-func checkRegisters(file string) {
-	src, err := os.ReadFile(file)
+	Generate()
+	out := flag.Lookup("out").Value.String()
+	src, err := os.ReadFile(out)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if m := regexp.MustCompile(`\b[XYZ](1[6-9]|2[0-9]|3[01])\b`).Find(src); m != nil {
-		log.Fatalf("%s uses %s, an AVX-512 register", file, m)
+	enc, err := encodeBF16(string(src))
+	if err != nil {
+		log.Fatalf("%s: %v", out, err)
 	}
+	if err := checkRegisters(enc); err != nil {
+		log.Fatalf("%s: %v", out, err)
+	}
+	if err := os.WriteFile(out, []byte(enc), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// checkRegisters fails if a kernel for AVX2 CPUs uses X16..X31, Y16..Y31
+// or a zmm register, which the register allocator may hand out when it is
+// short of the 16 AVX2 registers: instructions with them assemble as
+// AVX-512 and fault on AVX2-only CPUs. The AVX-512 kernels, named
+// …AVX512 and …AVX512BF16, may use them all.
+func checkRegisters(src string) error {
+	avx512 := false
+	re := regexp.MustCompile(`\b([XY](1[6-9]|2[0-9]|3[01])|Z([0-9]|[12][0-9]|3[01])|K[1-7])\b`)
+	for i, l := range strings.Split(src, "\n") {
+		if strings.HasPrefix(l, "TEXT ") {
+			name := strings.Fields(l)[1]
+			avx512 = strings.Contains(name, "AVX512")
+			continue
+		}
+		if strings.HasPrefix(l, "\t") && !avx512 {
+			if m := re.FindString(l); m != "" {
+				return fmt.Errorf("line %d: %s in an AVX2 kernel: %q", i+1, m, l)
+			}
+		}
+	}
+	return nil
 }
 
 // Vector constants: 8 copies of a float32, 32 bytes each, so that they

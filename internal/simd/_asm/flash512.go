@@ -1,0 +1,660 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// The AVX-512 kernels of the fused attention tile: gemmPanelsAVX512,
+// onlineSoftmaxAVX512 and attendPanelsAVX512, the algorithms of flash.go
+// with a panel of 16 queries in one zmm register. A panel's maxima, sums
+// and rescale factors are single registers, the lanes a key's logits,
+// and the register blocks of the products are maxRows512 rows high.
+
+// maxRows512 is the height of the register block of the AVX-512 panel
+// products: 8 rows of A, 8 zmm accumulators, so 8 FMA chains, as many as
+// a core with two 512-bit FMA pipes of latency 4 keeps busy (Zen 4, with
+// one, needs 4).
+const maxRows512 = 8
+
+// panelGemm512 is panelGemm with one zmm of B and C a row.
+type panelGemm512 struct {
+	pre     string
+	m, k    Op
+	a, b, c Op // base addresses of A, the B panel and the C panel
+	cols    bool
+	stride  Op
+	// accumulate: a memory operand holding the flag, or nil for accStatic.
+	accumulate Op
+	accStatic  bool
+	// epilogue, when not nil, is called after each block's store with the
+	// block's height and its accumulators (free to overwrite).
+	epilogue func(r int, acc []VecVirtual)
+	// pf, when not nil, is a frame slot with a pointer to memory to
+	// prefetch into L2, a line every four steps of k, up to the address
+	// in pfEnd (where it stays).
+	pf, pfEnd *Mem
+}
+
+func (g panelGemm512) emit() {
+	aBlk, cBlk, rem := GP64(), GP64(), GP64()
+	MOVQ(g.a, aBlk)
+	MOVQ(g.c, cBlk)
+	MOVQ(g.m, rem)
+	ld := GP64()
+	MOVQ(g.stride, ld)
+	SHLQ(U8(2), ld)
+	Label(g.pre + "rows8")
+	CMPQ(rem, U8(maxRows512))
+	JL(LabelRef(g.pre + "tail"))
+	g.block(maxRows512, aBlk, cBlk, ld)
+	if g.cols {
+		ADDQ(U8(4*maxRows512), aBlk)
+	} else {
+		LEAQ(Mem{Base: aBlk, Index: ld, Scale: 8}, aBlk)
+	}
+	ADDQ(U32(maxRows512*64), cBlk)
+	SUBQ(U8(maxRows512), rem)
+	JMP(LabelRef(g.pre + "rows8"))
+
+	Label(g.pre + "tail")
+	for r := maxRows512 - 1; r >= 1; r-- {
+		CMPQ(rem, U8(r))
+		JE(LabelRef(fmt.Sprintf("%srows%d", g.pre, r)))
+	}
+	JMP(LabelRef(g.pre + "end"))
+	for r := 1; r < maxRows512; r++ {
+		Label(fmt.Sprintf("%srows%d", g.pre, r))
+		g.block(r, aBlk, cBlk, ld)
+		JMP(LabelRef(g.pre + "end"))
+	}
+	Label(g.pre + "end")
+}
+
+// sets512 is the number of sets of accumulators of an r-row block, used
+// in turn on the steps of k so that short blocks have 4 to 8 FMA chains.
+func sets512(r int) int {
+	switch {
+	case r <= 2:
+		return 4
+	case r <= 4:
+		return 2
+	}
+	return 1
+}
+
+// rowAddr8 addresses row i (0..7) of a block from pointers to its rows 0
+// and 4, the row stride ld and 3·ld, in bytes.
+func rowAddr8(p0, p4, ld, ld3 Register, i int) Mem {
+	base := p0
+	if i >= 4 {
+		base, i = p4, i-4
+	}
+	switch i {
+	case 0:
+		return Mem{Base: base}
+	case 1:
+		return Mem{Base: base, Index: ld, Scale: 1}
+	case 2:
+		return Mem{Base: base, Index: ld, Scale: 2}
+	default:
+		return Mem{Base: base, Index: ld3, Scale: 1}
+	}
+}
+
+// block emits the k loop of one r-row block, as panelGemm.block does, each
+// step of k one load of B and r FMAs with A broadcast from memory.
+func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
+	pre := fmt.Sprintf("%sb%d", g.pre, r)
+	sets := sets512(r)
+	acc := make([][]VecVirtual, sets)
+	for s := range acc {
+		acc[s] = newZMMs(r)
+	}
+	Commentf("Block of %d rows.", r)
+	load := func() {
+		for i := 0; i < r; i++ {
+			VMOVUPS(Mem{Base: cBlk, Disp: 64 * i}, acc[0][i])
+		}
+	}
+	zero := func() {
+		for i := 0; i < r; i++ {
+			VXORPS(acc[0][i], acc[0][i], acc[0][i])
+		}
+	}
+	switch {
+	case g.accumulate != nil:
+		flag := GP8()
+		MOVB(g.accumulate, flag)
+		TESTB(flag, flag)
+		JZ(LabelRef(pre + "zero"))
+		load()
+		JMP(LabelRef(pre + "init"))
+		Label(pre + "zero")
+		zero()
+		Label(pre + "init")
+	case g.accStatic:
+		load()
+	default:
+		zero()
+	}
+	for s := 1; s < sets; s++ {
+		for i := 0; i < r; i++ {
+			VXORPS(acc[s][i], acc[s][i], acc[s][i])
+		}
+	}
+
+	p0, bp, kk := GP64(), GP64(), GP64()
+	MOVQ(aBlk, p0)
+	var p4, ld3 Register
+	if g.cols || r > 3 {
+		ld3 = GP64()
+		LEAQ(Mem{Base: ld, Index: ld, Scale: 2}, ld3)
+	}
+	if !g.cols && r > 4 {
+		p4 = GP64()
+		LEAQ(Mem{Base: p0, Index: ld, Scale: 4}, p4)
+	}
+	MOVQ(g.b, bp)
+	MOVQ(g.k, kk)
+
+	aAddr := func(i, u int) Mem {
+		if !g.cols {
+			return rowAddr8(p0, p4, ld, ld3, i).Offset(4 * u)
+		}
+		switch u {
+		case 0:
+			return Mem{Base: p0, Disp: 4 * i}
+		case 1:
+			return Mem{Base: p0, Index: ld, Scale: 1, Disp: 4 * i}
+		case 2:
+			return Mem{Base: p0, Index: ld, Scale: 2, Disp: 4 * i}
+		default:
+			return Mem{Base: p0, Index: ld3, Scale: 1, Disp: 4 * i}
+		}
+	}
+	step := func(s, u int) {
+		bv := ZMM()
+		VMOVUPS(Mem{Base: bp, Disp: 64 * u}, bv)
+		for i := 0; i < r; i++ {
+			VFMADD231PS_BCST(aAddr(i, u), bv, acc[s][i])
+		}
+	}
+	advance := func(u int) {
+		if g.cols {
+			if u == kUnroll {
+				LEAQ(Mem{Base: p0, Index: ld, Scale: 4}, p0)
+			} else {
+				ADDQ(ld, p0)
+			}
+			return
+		}
+		ADDQ(U8(4*u), p0)
+		if p4 != nil {
+			ADDQ(U8(4*u), p4)
+		}
+	}
+
+	SUBQ(U8(kUnroll), kk)
+	JL(LabelRef(pre + "k1"))
+	Label(pre + "k4")
+	if g.pf != nil {
+		t := GP64()
+		MOVQ(*g.pf, t)
+		PREFETCHT1(Mem{Base: t})
+		ADDQ(U8(64), t)
+		CMPQ(t, *g.pfEnd)
+		CMOVQGT(*g.pfEnd, t)
+		MOVQ(t, *g.pf)
+	}
+	for u := 0; u < kUnroll; u++ {
+		step(u%sets, u)
+	}
+	advance(kUnroll)
+	ADDQ(U32(64*kUnroll), bp)
+	SUBQ(U8(kUnroll), kk)
+	JGE(LabelRef(pre + "k4"))
+	Label(pre + "k1")
+	ADDQ(U8(kUnroll), kk)
+	JZ(LabelRef(pre + "store"))
+	Label(pre + "k1loop")
+	step(0, 0)
+	advance(1)
+	ADDQ(U8(64), bp)
+	DECQ(kk)
+	JNZ(LabelRef(pre + "k1loop"))
+
+	Label(pre + "store")
+	for s := 1; s < sets; s++ {
+		for i := 0; i < r; i++ {
+			VADDPS(acc[s][i], acc[0][i], acc[0][i])
+		}
+	}
+	for i := 0; i < r; i++ {
+		VMOVUPS(acc[0][i], Mem{Base: cBlk, Disp: 64 * i})
+	}
+	if g.epilogue != nil {
+		g.epilogue(r, acc[0])
+	}
+}
+
+// gemmPanels512 emits gemmPanelsAVX512: panelGemm512 for each panel.
+func gemmPanels512() {
+	TEXT("gemmPanelsAVX512", NOSPLIT, "func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)")
+	Pragma("noescape")
+	Doc(
+		"gemmPanelsAVX512 is gemmPanelsAVX2 with AVX-512 (see GemmPanels): n must be a multiple",
+		"of 16; the slices must be long enough (the Go caller checks).",
+	)
+	m := Load(Param("m"), GP64())
+	j := Load(Param("n"), GP64())
+	TESTQ(m, m)
+	JZ(LabelRef("done"))
+	TESTQ(j, j)
+	JZ(LabelRef("done"))
+	bPanel := Load(Param("b").Base(), GP64())
+	cPanel := Load(Param("c").Base(), GP64())
+
+	Label("panel")
+	ac := Load(Param("ac"), GP64())
+	CMPQ(ac, U8(1))
+	JNE(LabelRef("bycols"))
+	panelGemm512{
+		pre: "r", m: m, k: addr(Param("k")),
+		a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ar")),
+		accumulate: addr(Param("accumulate")),
+	}.emit()
+	JMP(LabelRef("next"))
+	Label("bycols")
+	panelGemm512{
+		pre: "c", m: m, k: addr(Param("k")),
+		a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ac")), cols: true,
+		accumulate: addr(Param("accumulate")),
+	}.emit()
+	Label("next")
+	pb := Load(Param("pb"), GP64())
+	SHLQ(U8(2), pb)
+	ADDQ(pb, bPanel)
+	pc := Load(Param("pc"), GP64())
+	SHLQ(U8(2), pc)
+	ADDQ(pc, cPanel)
+	SUBQ(U8(16), j)
+	JNZ(LabelRef("panel"))
+
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// exp2Consts512 holds the constants of the base-2 exponentials in zmm
+// registers, loaded once for a loop.
+type exp2Consts512 struct {
+	clamp, magic VecVirtual
+	c            [5]VecVirtual
+	one          VecVirtual
+}
+
+// loadExp2Consts512 broadcasts the constants of exp2Lanes (fast false) or
+// exp2LanesFast (fast true).
+func loadExp2Consts512(fast bool) exp2Consts512 {
+	var e exp2Consts512
+	if fast {
+		e.clamp, e.magic = bcastConst(exp2MinFast), bcastConst(exp2MagicFast)
+	} else {
+		e.clamp, e.magic = bcastConst(exp2Min), bcastConst(exp2Magic)
+	}
+	for i := range e.c {
+		e.c[i] = bcastConst(exp2C[i])
+	}
+	e.one = bcastConst(one)
+	return e
+}
+
+// exp2Lanes512 sets each of ts to 2^t lane by lane, stage by stage for all
+// of them as exp2Lanes does: with fast false the steps of exp2Vec (t
+// clamped at -127, 2^n made by a shift and multiplied in, exactly 0 at
+// -127), with fast true those of exp2LanesFast (t clamped at -126, n << 23
+// added to the bits of 2^r). The lanes get the bits the AVX2 kernels give.
+func exp2Lanes512(ts []VecVirtual, e exp2Consts512, fast bool) {
+	ks, ps := newZMMs(len(ts)), newZMMs(len(ts))
+	for _, t := range ts {
+		VMAXPS(t, e.clamp, t)
+	}
+	for i, t := range ts {
+		VADDPS(e.magic, t, ks[i])
+	}
+	for i := range ts {
+		VSUBPS(e.magic, ks[i], ps[i])
+	}
+	for i, t := range ts {
+		VSUBPS(ps[i], t, t) // r
+	}
+	for i := range ts {
+		VMOVAPS(e.c[4], ps[i])
+	}
+	for c := 3; c >= -1; c-- {
+		cr := e.one
+		if c >= 0 {
+			cr = e.c[c]
+		}
+		for i, t := range ts {
+			VFMADD213PS(cr, t, ps[i])
+		}
+	}
+	for i, t := range ts {
+		VPSLLD(U8(23), ks[i], ks[i])
+		if fast {
+			VPADDD(ks[i], ps[i], t)
+		} else {
+			VMULPS(ks[i], ps[i], t)
+		}
+	}
+}
+
+// softmaxStep512 is softmaxStep for a panel in one zmm register: given mx,
+// the new maximum of the panel's 16 queries (m included), it updates m and
+// l, rescales the panel's dacc accumulator rows at accp where some factor
+// is not 1, replaces the n logits at s (a key a row) by their
+// exponentials (exp2LanesFast's when fast) and adds their sum to l. mp, lp
+// and accp are registers or memory operands holding the addresses.
+func softmaxStep512(pre string, mx VecVirtual, mp, lp, accp, s, n, dacc Op, fast bool) {
+	m, l := GP64(), GP64()
+	MOVQ(mp, m)
+	MOVQ(lp, l)
+	// ms = mx, or 0 where mx is -Inf (NaN stays).
+	keep, ms := K(), ZMM()
+	VCMPPS_BCST(U8(4), negInf, mx, keep)
+	VMOVAPS_Z(mx, keep, ms)
+	c := ZMM()
+	VMOVUPS(Mem{Base: m}, c)
+	VSUBPS(ms, c, c)
+	VMULPS_BCST(expLog2e, c, c)
+	exp2Lanes512([]VecVirtual{c}, loadExp2Consts512(false), false)
+	VMOVUPS(mx, Mem{Base: m})
+	lv := ZMM()
+	VMULPS(Mem{Base: l}, c, lv)
+	VMOVUPS(lv, Mem{Base: l})
+	// Lanes whose factor is not 1 (NaN included) need a rescale.
+	ne := K()
+	VCMPPS_BCST(U8(4), one, c, ne)
+	KORTESTW(ne, ne)
+	JZ(LabelRef(pre + "exp"))
+	{
+		d, ap := GP64(), GP64()
+		MOVQ(dacc, d)
+		MOVQ(accp, ap)
+		TESTQ(d, d)
+		JZ(LabelRef(pre + "exp"))
+		Label(pre + "rescale")
+		v := ZMM()
+		VMULPS(Mem{Base: ap}, c, v)
+		VMOVUPS(v, Mem{Base: ap})
+		ADDQ(U8(64), ap)
+		DECQ(d)
+		JNZ(LabelRef(pre + "rescale"))
+	}
+
+	// s = 2^((s - ms)·log2 e), summed into l, four keys a step.
+	Label(pre + "exp")
+	e := loadExp2Consts512(fast)
+	lg := bcastConst(expLog2e)
+	sum := newZMMs(2)
+	VXORPS(sum[0], sum[0], sum[0])
+	VXORPS(sum[1], sum[1], sum[1])
+	nn, sp := GP64(), GP64()
+	MOVQ(n, nn)
+	MOVQ(s, sp)
+	expRows := func(rows int) {
+		ts := newZMMs(rows)
+		for i, t := range ts {
+			VMOVUPS(Mem{Base: sp, Disp: 64 * i}, t)
+			VSUBPS(ms, t, t)
+			VMULPS(lg, t, t)
+		}
+		exp2Lanes512(ts, e, fast)
+		for i, t := range ts {
+			VMOVUPS(t, Mem{Base: sp, Disp: 64 * i})
+		}
+		for i := 2; i < len(ts); i++ {
+			VADDPS(ts[i], ts[i%2], ts[i%2])
+		}
+		VADDPS(ts[0], sum[0], sum[0])
+		if len(ts) > 1 {
+			VADDPS(ts[1], sum[1], sum[1])
+		}
+	}
+	Label(pre + "e4")
+	CMPQ(nn, U8(4))
+	JL(LabelRef(pre + "e1"))
+	expRows(4)
+	ADDQ(U32(256), sp)
+	SUBQ(U8(4), nn)
+	JMP(LabelRef(pre + "e4"))
+	Label(pre + "e1")
+	TESTQ(nn, nn)
+	JZ(LabelRef(pre + "sumdone"))
+	expRows(1)
+	ADDQ(U8(64), sp)
+	DECQ(nn)
+	JMP(LabelRef(pre + "e1"))
+	Label(pre + "sumdone")
+	VADDPS(sum[1], sum[0], sum[0])
+	VADDPS(Mem{Base: l}, sum[0], sum[0])
+	VMOVUPS(sum[0], Mem{Base: l})
+}
+
+// onlineSoftmax512 emits onlineSoftmaxAVX512, onlineSoftmaxAVX2 with a
+// panel in one zmm register and the limits applied with an opmask.
+func onlineSoftmax512() {
+	TEXT("onlineSoftmaxAVX512", NOSPLIT, "func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)")
+	Pragma("noescape")
+	Doc(
+		"onlineSoftmaxAVX512 is onlineSoftmaxAVX2 with AVX-512 (see OnlineSoftmax).",
+		"The slices must be long enough (the Go caller checks).",
+	)
+	np := Load(Param("np"), GP64())
+	TESTQ(np, np)
+	JZ(LabelRef("done"))
+	// The panel pointers live in the frame, leaving the registers to the
+	// softmax step.
+	sPanel, mp, lp, accPanel, limp := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	npMem := AllocLocal(8)
+	MOVQ(np, npMem)
+	for _, x := range []struct {
+		name string
+		m    Mem
+	}{{"s", sPanel}, {"m", mp}, {"l", lp}, {"acc", accPanel}, {"lim", limp}} {
+		r := Load(Param(x.name).Base(), GP64())
+		MOVQ(r, x.m)
+	}
+
+	Label("panel")
+	mx := ZMM()
+	{
+		p := GP64()
+		MOVQ(mp, p)
+		VMOVUPS(Mem{Base: p}, mx)
+	}
+	n := Load(Param("n"), GP64())
+	sp := GP64()
+	MOVQ(sPanel, sp)
+	masked := Load(Param("lim").Len(), GP64())
+	TESTQ(masked, masked)
+	JNZ(LabelRef("masked"))
+
+	// Pass 1 without limits: the maximum over the keys, four chains.
+	{
+		mxs := newZMMs(3)
+		for _, x := range mxs {
+			VMOVAPS(mx, x)
+		}
+		all := []VecVirtual{mx, mxs[0], mxs[1], mxs[2]}
+		Label("max4")
+		CMPQ(n, U8(4))
+		JL(LabelRef("max1"))
+		for i, x := range all {
+			VMAXPS(Mem{Base: sp, Disp: 64 * i}, x, x)
+		}
+		ADDQ(U32(256), sp)
+		SUBQ(U8(4), n)
+		JMP(LabelRef("max4"))
+		Label("max1")
+		TESTQ(n, n)
+		JZ(LabelRef("maxdone"))
+		VMAXPS(Mem{Base: sp}, mx, mx)
+		ADDQ(U8(64), sp)
+		DECQ(n)
+		JMP(LabelRef("max1"))
+		Label("maxdone")
+		for _, x := range mxs {
+			VMAXPS(x, mx, mx)
+		}
+		JMP(LabelRef("step"))
+	}
+
+	// Pass 1 with limits: key j of a lane is visible when j < lim; the
+	// others are set to -Inf in s.
+	Label("masked")
+	{
+		lim, jv, ninf, o := ZMM(), ZMM(), bcastConst(negInf), bcastConst(one)
+		p := GP64()
+		MOVQ(limp, p)
+		VMOVUPS(Mem{Base: p}, lim)
+		VXORPS(jv, jv, jv)
+		TESTQ(n, n)
+		JZ(LabelRef("step"))
+		Label("mloop")
+		x, hidden := ZMM(), K()
+		VMOVUPS(Mem{Base: sp}, x)
+		VCMPPS(U8(2), jv, lim, hidden) // lim <= j: hidden
+		VMOVAPS(ninf, hidden, x)
+		VMOVUPS(x, Mem{Base: sp})
+		VMAXPS(x, mx, mx)
+		VADDPS(o, jv, jv)
+		ADDQ(U8(64), sp)
+		DECQ(n)
+		JNZ(LabelRef("mloop"))
+	}
+
+	Label("step")
+	softmaxStep512("s", mx, mp, lp, accPanel, sPanel, addr(Param("n")), addr(Param("dacc")), false)
+
+	// Next panel.
+	ps := Load(Param("ps"), GP64())
+	SHLQ(U8(2), ps)
+	ADDQ(ps, sPanel)
+	pacc := Load(Param("pacc"), GP64())
+	SHLQ(U8(2), pacc)
+	ADDQ(pacc, accPanel)
+	ADDQ(U8(64), mp)
+	ADDQ(U8(64), lp)
+	ADDQ(U8(64), limp)
+	DECQ(npMem)
+	JNZ(LabelRef("panel"))
+
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// attendPanels512 emits attendPanelsAVX512, attendPanelsAVX2 with a panel
+// in one zmm register: the running maximum of the logits is a register
+// that each 8-key block of Sᵀ = K·Qᵀ updates as it is stored.
+func attendPanels512() {
+	TEXT("attendPanelsAVX512", NOSPLIT, "func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)")
+	Pragma("noescape")
+	Doc(
+		"attendPanelsAVX512 is attendPanelsAVX2 with AVX-512 (see AttendPanels).",
+		"The slices must be long enough (the Go caller checks).",
+	)
+	np := Load(Param("np"), GP64())
+	TESTQ(np, np)
+	JZ(LabelRef("done"))
+	npMem := AllocLocal(8)
+	MOVQ(np, npMem)
+	// The panel pointers and the prefetch pointers live in the frame,
+	// leaving the registers to the products.
+	qtp, accp, mp, lp := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	for _, x := range []struct {
+		name string
+		m    Mem
+	}{{"qt", qtp}, {"acc", accp}, {"m", mp}, {"l", lp}} {
+		r := Load(Param(x.name).Base(), GP64())
+		MOVQ(r, x.m)
+	}
+	pfk, pfv, pfkEnd, pfvEnd := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	for _, x := range []struct {
+		name   string
+		p, end Mem
+	}{{"pfk", pfk, pfkEnd}, {"pfv", pfv, pfvEnd}} {
+		p := Load(Param(x.name).Base(), GP64())
+		e := Load(Param(x.name).Len(), GP64())
+		LEAQ(Mem{Base: p, Index: e, Scale: 4, Disp: -64}, e)
+		CMPQ(e, p)
+		CMOVQLT(p, e) // fewer than 16 floats: stay at the start
+		MOVQ(p, x.p)
+		MOVQ(e, x.end)
+	}
+	n, st := addr(Param("n")), addr(Param("st").Base())
+
+	Label("panel")
+	mx := ZMM()
+	{
+		p := GP64()
+		MOVQ(mp, p)
+		VMOVUPS(Mem{Base: p}, mx)
+	}
+	CMPQ(n, U8(0))
+	JE(LabelRef("step"))
+	{
+		epi := func(r int, acc []VecVirtual) {
+			for i := 0; i < r; i++ {
+				VMAXPS(acc[i], mx, mx)
+			}
+		}
+		CMPQ(addr(Param("kc")), U8(1))
+		JNE(LabelRef("qkcols"))
+		panelGemm512{
+			pre: "qkr", m: n, k: addr(Param("d")),
+			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kr")),
+			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi,
+		}.emit()
+		JMP(LabelRef("step"))
+		Label("qkcols")
+		panelGemm512{
+			pre: "qkc", m: n, k: addr(Param("d")),
+			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kc")), cols: true,
+			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi,
+		}.emit()
+	}
+
+	Label("step")
+	softmaxStep512("s", mx, mp, lp, accp, st, n, addr(Param("d")), true)
+
+	CMPQ(n, U8(0))
+	JE(LabelRef("next"))
+	panelGemm512{
+		pre: "pv", m: addr(Param("d")), k: n,
+		a: addr(Param("v").Base()), b: st, c: accp, stride: addr(Param("vc")), cols: true,
+		accStatic: true, pf: &pfv, pfEnd: &pfvEnd,
+	}.emit()
+
+	Label("next")
+	pq := Load(Param("pq"), GP64())
+	SHLQ(U8(2), pq)
+	ADDQ(pq, qtp)
+	pacc := Load(Param("pacc"), GP64())
+	SHLQ(U8(2), pacc)
+	ADDQ(pacc, accp)
+	ADDQ(U8(64), mp)
+	ADDQ(U8(64), lp)
+	DECQ(npMem)
+	JNZ(LabelRef("panel"))
+
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,109 @@
+package simd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/attnkit/attn"
+)
+
+// The kernel families, least capable first. A family is one complete set
+// of kernels; the more capable ones replace some kernels of the family
+// before them and keep the others (see the package documentation).
+var familyNames = []string{"generic", "avx2", "avx512", "avx512bf16"}
+
+// familyNeeds says what a family needs of the CPU, for KernelsNote.
+var familyNeeds = map[string]string{
+	"generic":    "nothing",
+	"avx2":       "amd64 assembly with AVX2 and FMA",
+	"avx512":     "amd64 assembly with AVX-512 F, BW, VL and DQ",
+	"avx512bf16": "amd64 assembly with AVX-512 F, BW, VL, DQ and BF16",
+}
+
+// Kernels names the family of kernels in use: "avx512bf16" (AVX-512 with
+// the bfloat16 dot products of AVX512-BF16 for 16-bit KV caches),
+// "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA) or
+// "generic" (plain Go, the only family of a purego build or another
+// architecture). By default it is the most capable family the CPU and
+// the build allow; the environment variable ATTN_KERNELS, read once at
+// start-up, chooses a less capable one (see KernelsNote).
+func Kernels() string { return active.name }
+
+// Implementation is Kernels, under its older name.
+func Implementation() string { return active.name }
+
+// Families lists the kernel families this CPU and build can run, least
+// capable first; the last is the default. Every family is correct on
+// every input; they differ in speed and in the rounding of their sums.
+func Families() []string {
+	names := make([]string, len(implementations))
+	for i, impl := range implementations {
+		names[i] = impl.name
+	}
+	return names
+}
+
+// KernelsNote says why the family in use is not the one ATTN_KERNELS
+// asked for: "" when ATTN_KERNELS is unset or empty, or names a family
+// that is in use. ATTN_KERNELS takes a family name ("go" and "purego"
+// are other names of "generic"), case and surrounding space ignored. A
+// family this CPU cannot run gives the most capable one below it; an
+// unknown name gives the default.
+func KernelsNote() string { return kernelsNote }
+
+// UseKernels makes family the kernel family in use and returns the one
+// in use before, so that tests and benchmarks can run the exported
+// functions under every family (see Families). It takes the names
+// ATTN_KERNELS takes and returns an error wrapping attn.ErrUnsupported,
+// changing nothing, for a family this CPU or build cannot run and one
+// wrapping attn.ErrInput for an unknown name. UseKernels must not be
+// called while any kernel runs, in any goroutine.
+func UseKernels(family string) (prev string, err error) {
+	prev = active.name
+	name, ok := canonicalFamily(family)
+	if !ok {
+		return prev, fmt.Errorf("simd: %w: kernel family %q is none of %s", attn.ErrInput, family, strings.Join(familyNames, ", "))
+	}
+	for i := range implementations {
+		if implementations[i].name == name {
+			active = &implementations[i]
+			return prev, nil
+		}
+	}
+	return prev, fmt.Errorf("simd: %w: kernel family %s needs %s, which this CPU or build lacks", attn.ErrUnsupported, name, familyNeeds[name])
+}
+
+// canonicalFamily maps a requested family name to one of familyNames.
+func canonicalFamily(s string) (string, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch s {
+	case "go", "purego":
+		s = "generic"
+	}
+	return s, slices.Contains(familyNames, s)
+}
+
+// chooseKernels returns the implementation ATTN_KERNELS=request selects
+// and the note KernelsNote reports.
+func chooseKernels(request string) (*implementation, string) {
+	best := &implementations[len(implementations)-1]
+	if strings.TrimSpace(request) == "" {
+		return best, ""
+	}
+	name, ok := canonicalFamily(request)
+	if !ok {
+		return best, fmt.Sprintf("ATTN_KERNELS=%s is none of %s: using %s", request, strings.Join(familyNames, ", "), best.name)
+	}
+	rank := slices.Index(familyNames, name)
+	for i := len(implementations) - 1; i >= 0; i-- {
+		impl := &implementations[i]
+		if slices.Index(familyNames, impl.name) <= rank {
+			if impl.name == name {
+				return impl, ""
+			}
+			return impl, fmt.Sprintf("ATTN_KERNELS=%s needs %s, which this CPU or build lacks: using %s", request, familyNeeds[name], impl.name)
+		}
+	}
+	return &implementations[0], ""
+}
