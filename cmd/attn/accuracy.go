@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -31,9 +30,28 @@ type accPoint struct {
 	secs     []float64
 }
 
+var accuracyHelp = helpText{
+	synopsis: "attn accuracy [-mech LIST] [-n N] [-input model|gaussian|planted|FILE] [-set name=value ...] [-out DIR] [flags]",
+	examples: []string{
+		"attn accuracy -mech performer,hyper -n 2048",
+		"attn accuracy -input planted -heads 4 -d 64 -seeds 3 -out report",
+		"attn accuracy -causal -q q.npy -k k.npy -v v.npy   # activations from attn dump",
+	},
+	about: `Error against exact attention as each mechanism's budget grows, on one
+input: the sweeps declared with each mechanism's registry entry (listed
+below), each point with every error metric and the time of one call.`,
+	more: func(w io.Writer) {
+		fmt.Fprintln(w, "sweeps (mechanism and parameter: values, unit, fixed settings):")
+		for _, s := range eval.BudgetSweeps() {
+			if len(s.Params) > 0 {
+				fmt.Fprintf(w, "  %-24s %v %s %s\n", s.Name(), s.Values, s.Unit, strings.Join(s.Fixed, " "))
+			}
+		}
+	},
+}
+
 func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn accuracy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("accuracy", stdout, stderr, accuracyHelp)
 	var approx []string
 	for _, name := range registryNames() {
 		if name != "exact" {
@@ -41,56 +59,45 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	mechs := fs.String("mech", strings.Join(approx, ","), "comma-separated `mechanisms` to sweep")
-	n := fs.Int("n", 2048, "query and key length")
-	b := fs.Int("b", 1, "batch size")
-	h := fs.Int("h", 8, "query heads")
-	hkv := fs.Int("hkv", 0, "key/value heads (0: same as -h)")
-	d := fs.Int("d", 64, "head size")
+	fs.alias("mechs", "mech")
+	var n, bFlag, hFlag, hkvFlag, dFlag, seedsFlag, workers int
+	fs.intVar(&n, "n", 2048, 1, 1<<24, "a length of 1 or more", "query and key `length`")
+	fs.intVar(&bFlag, "batch", 1, 1, 1<<20, "1 or more", "batch size, with -input gaussian or planted")
+	fs.alias("b", "batch")
+	fs.intVar(&hFlag, "heads", 8, 1, 1<<16, "1 or more", "query heads, with -input gaussian or planted")
+	fs.intVar(&hkvFlag, "kv-heads", 0, 0, 1<<16, "0 (same as -heads) or more", "key/value heads (0: same as -heads)")
+	fs.alias("hkv", "kv-heads")
+	fs.intVar(&dFlag, "d", 64, 1, 1<<16, "1 or more", "head size, with -input gaussian or planted")
+	b, h, hkv, d := &bFlag, &hFlag, &hkvFlag, &dFlag
 	causal := fs.Bool("causal", false, "bottom-right aligned causal mask")
 	input := fs.String("input", eval.Model, "inputs: model (the embedded model's activations over held-out Persuasion; the shape is the model's), gaussian, planted (heavy-hitter keys) or a .safetensors `FILE` holding q, k, v")
 	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	qPath := fs.String("q", "", "queries `FILE`[:tensor], [B,H,N,D] (.npy or .safetensors); with -k and -v, replaces -input")
 	kPath := fs.String("k", "", "keys `FILE`[:tensor], [B,Hkv,M,D]")
 	vPath := fs.String("v", "", "values `FILE`[:tensor], [B,Hkv,M,D]")
-	seeds := fs.Int("seeds", 1, "average over this many seeds (inputs and mechanisms' draws; file inputs: draws only)")
+	fs.intVar(&seedsFlag, "seeds", 1, 1, 1<<16, "1 or more", "average over this many seeds (inputs and mechanisms' draws; file inputs: draws only)")
+	seeds := &seedsFlag
 	seed := fs.Uint64("seed", 1, "first seed")
-	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	fs.workersVar(&workers)
 	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth for the report (about 1 s)")
 	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html (keeping a bench's results there)")
 	var set listFlag
-	fs.Var(&set, "set", "parameter `name=value` (repeatable) held for the mechanisms that know it; the swept one overrides it")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn accuracy [flags]\n\nError against exact attention as each mechanism's budget grows. Sweeps:")
-		for _, s := range eval.BudgetSweeps() {
-			if len(s.Params) > 0 {
-				fmt.Fprintf(stderr, "  %-24s %v %s %s\n", s.Name(), s.Values, s.Unit, strings.Join(s.Fixed, " "))
-			}
-		}
-		fmt.Fprintln(stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
+	fs.Var(&set, "set", "parameter `name=value` held for the mechanisms that have it, or MECH:name=value for one (repeatable); the swept one overrides it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	given := fs.given()
 	if *hkv == 0 {
 		*hkv = *h
 	}
-	if *seeds < 1 {
-		return fmt.Errorf("-seeds %d: want at least 1", *seeds)
-	}
-	var names []string
-	for m := range strings.SplitSeq(*mechs, ",") {
-		if m = strings.TrimSpace(m); m != "" && !slices.Contains(names, m) {
-			names = append(names, m)
-		}
-	}
+	names := parseNames(*mechs)
 	if len(names) == 0 {
 		return fmt.Errorf("-mech: no mechanisms")
 	}
 
 	// Inputs: drawn per seed, or read once.
 	var fixed *eval.Inputs
-	s := attn.Shape{B: *b, H: *h, HKV: *hkv, N: *n, M: *n, D: *d}
+	s := attn.Shape{B: *b, H: *h, HKV: *hkv, N: n, M: n, D: *d}
 	switch {
 	case *qPath != "" || *kPath != "" || *vPath != "":
 		if *qPath == "" || *kPath == "" || *vPath == "" {
@@ -102,17 +109,16 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fixed.Kind = fmt.Sprintf("q=%s k=%s v=%s", filepath.Base(*qPath), filepath.Base(*kPath), filepath.Base(*vPath))
 	case *input == eval.Model:
-		set := setFlags(fs)
-		for _, f := range []string{"b", "h", "hkv", "d"} {
-			if set[f] {
+		for _, f := range []string{"batch", "heads", "kv-heads", "d"} {
+			if given[f] {
 				return fmt.Errorf("-%s: with -input model the shape is the model's; use -input gaussian for other shapes", f)
 			}
 		}
-		src, err := modelInputs(ctx, *layer, *n, *workers, stderr)
+		src, err := modelInputs(ctx, *layer, n, workers, stderr)
 		if err != nil {
 			return err
 		}
-		if fixed, err = src.Inputs(modelShape(src, *n)); err != nil {
+		if fixed, err = src.Inputs(modelShape(src, n)); err != nil {
 			return err
 		}
 		fixed.Kind = src.Name
@@ -135,7 +141,7 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	cfg := accuracyConfig{
-		names: names, set: set, s: s, o: attn.Options{Causal: *causal, Workers: *workers},
+		names: names, set: set, s: s, o: attn.Options{Causal: *causal, Workers: workers},
 		input: *input, fixed: fixed, seeds: *seeds, seed: *seed,
 		command: "attn accuracy " + strings.Join(args, " "), stderr: stderr,
 	}
@@ -145,7 +151,7 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	eval.WriteAccuracyTables(stdout, acc)
 	if *out != "" {
-		threads := *workers
+		threads := workers
 		if threads <= 0 {
 			threads = runtime.GOMAXPROCS(0)
 		}

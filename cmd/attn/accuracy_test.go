@@ -20,7 +20,7 @@ import (
 // and checks that each appears, with its swept parameter set to each value.
 func TestAccuracy(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "accuracy", "-n", "48", "-h", "2", "-d", "16", "-seeds", "2", "-probe=false", "-out", dir)
+	code, stdout, stderr := attnCmd(t, "accuracy", "-n", "48", "-heads", "2", "-d", "16", "-seeds", "2", "-probe=false", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -67,7 +67,7 @@ func TestAccuracy(t *testing.T) {
 func TestAccuracyExact(t *testing.T) {
 	dir := t.TempDir()
 	for _, input := range []string{"gaussian", "planted"} {
-		code, _, stderr := attnCmd(t, "accuracy", "-mech", "exact", "-input", input, "-n", "40", "-h", "2", "-d", "8",
+		code, _, stderr := attnCmd(t, "accuracy", "-mech", "exact", "-input", input, "-n", "40", "-heads", "2", "-d", "8",
 			"-causal", "-probe=false", "-out", dir)
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
@@ -116,7 +116,7 @@ func TestAccuracyFiles(t *testing.T) {
 
 func TestAccuracyFailingMechanism(t *testing.T) {
 	withFakes(t)
-	code, stdout, stderr := attnCmd(t, "accuracy", "-mech", "failing,panicky", "-n", "40", "-h", "1", "-d", "8", "-probe=false")
+	code, stdout, stderr := attnCmd(t, "accuracy", "-mech", "failing,panicky", "-n", "40", "-heads", "1", "-d", "8", "-probe=false")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -195,12 +195,12 @@ func TestAccuracyErrors(t *testing.T) {
 		{[]string{"-input", npy}, "holds one tensor"},
 		{[]string{"-input", "uniform"}, "want gaussian, planted"},
 		{[]string{"-q", npy}, "go together"},
-		{[]string{"-seeds", "0"}, "at least 1"},
-		{[]string{"-h", "3", "-hkv", "2"}, "not a multiple"},
+		{[]string{"-seeds", "0"}, "want 1 or more"},
+		{[]string{"-heads", "3", "-kv-heads", "2"}, "not a multiple"},
 		{[]string{"-set", "nosuchparam=1"}, "no selected mechanism"},
 		{[]string{"-input", filepath.Join(dir, "missing.safetensors")}, "no such file"},
 	} {
-		code, _, stderr := attnCmd(t, append([]string{"accuracy", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-probe=false"}, c.args...)...)
+		code, _, stderr := attnCmd(t, append([]string{"accuracy", "-mech", "exact", "-n", "16", "-heads", "1", "-d", "8", "-probe=false"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("accuracy %v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
 		}

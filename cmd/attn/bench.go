@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -79,71 +77,83 @@ type benchConfig struct {
 // defaultMemBudget is half the memory available now, or 8 GiB where that
 // cannot be read.
 func defaultMemBudget() float64 {
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "MemAvailable:" {
-				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
-					return kb * 1024 / 2
-				}
-			}
-		}
+	if b, ok := availableMemory(); ok {
+		return b / 2
 	}
 	return 8 << 30
 }
 
+var benchHelp = helpText{
+	synopsis: "attn bench [-mode prefill|decode] [-mech LIST] [-n LIST] [-set name=value ...] [-out DIR] [flags]",
+	examples: []string{
+		"attn bench -out report                      # every mechanism, n = 512…16384, report/report.html",
+		"attn bench -mech exact,window,hyper -n 1024,4096 -causal",
+		"attn bench -mode decode -n 4096,16384",
+	},
+	about: `Times every selected mechanism (and ref, the float64 reference) over a
+sweep of lengths, with its memory allocated per call and its error against
+exact attention, and ends with the fastest mechanism within -max-err at
+each length. Inputs are the embedded model's activations by default
+(-input model; the shape is then the model's), or drawn (-input gaussian,
+planted) in the shape of -batch, -heads, -kv-heads and -d. Rows forecast
+to exceed a time or memory budget are skipped with the reason. -mode
+decode times one decoder step against caches of each length instead.`,
+}
+
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", stdout, stderr, benchHelp)
 	all := append([]string{refMech}, registryNames()...)
-	mode := fs.String("mode", "prefill", "prefill, or decode: one query per head against a KV cache of each length (defaults then: -n 1024…65536 -h 32 -d 128, Hkv 8 and 1, f32 and bf16)")
+	mode := fs.String("mode", "prefill", "prefill, or decode: one query per head against a KV cache of each length (defaults then: -n 1024…65536 -heads 32 -d 128, Hkv 8 and 1, f32 and bf16)")
 	mechs := fs.String("mech", strings.Join(all, ","), "comma-separated `mechanisms`: "+refMech+" (float64 reference) or registered ones")
+	fs.alias("mechs", "mech")
 	ns := fs.String("n", "512,1024,2048,4096,8192,16384", "comma-separated query `lengths` (keys: the same)")
-	b := fs.Int("b", 1, "batch size")
-	h := fs.Int("h", 8, "query heads")
-	hkv := fs.Int("hkv", 0, "key/value heads (0: same as -h)")
-	d := fs.Int("d", 64, "head size")
+	var b, h, hkv, d int
+	fs.intVar(&b, "batch", 1, 1, 1<<20, "1 or more", "batch size, with -input gaussian or planted")
+	fs.alias("b", "batch")
+	fs.intVar(&h, "heads", 8, 1, 1<<16, "1 or more", "query heads, with -input gaussian or planted")
+	fs.intVar(&hkv, "kv-heads", 0, 0, 1<<16, "0 (same as -heads) or more", "key/value heads (0: same as -heads)")
+	fs.alias("hkv", "kv-heads")
+	fs.intVar(&d, "d", 64, 1, 1<<16, "1 or more", "head size, with -input gaussian or planted")
 	var causal causalFlag
 	fs.Var(&causal, "causal", "causal rows only (-causal=false: non-causal only; unset: both)")
 	dtype := fs.String("dtype", "f32", "storage type of K and V: f32, or for decode bf16, f16 or i8 (int8, a float32 scale a row)")
-	reps := fs.Int("reps", 5, "timed calls per row after one warm-up (median reported)")
-	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	var reps, workers int
+	fs.intVar(&reps, "reps", 5, 1, 1<<20, "1 or more", "timed calls per row after one warm-up (median reported)")
+	fs.workersVar(&workers)
 	seed := fs.Uint64("seed", 1, "seed for inputs and randomised mechanisms")
 	refBudget := fs.Duration("ref-budget", 20*time.Second, "skip "+refMech+" rows forecast to take longer than this per call (0: no limit)")
 	callBudget := fs.Duration("call-budget", 60*time.Second, "skip other rows forecast to take longer than this per call (0: no limit)")
 	rowTime := fs.Duration("row-time", 3*time.Second, "stop repeating a row's timed calls after this long")
 	budget := fs.Duration("budget", 8*time.Minute, "skip rows that would take the whole sweep past this (0: no limit)")
-	memBudget := fs.Float64("mem-budget", defaultMemBudget()/(1<<30), "skip rows forecast to need more than this many `GiB` (inputs and allocations)")
+	memBudget := defaultMemBudget() / (1 << 30)
+	fs.Var(gibFlag{&memBudget}, "mem-budget", "skip rows forecast to need more than this many `GiB` (inputs and allocations; default: half the memory available now; 0: no limit)")
 	maxErr := fs.Float64("max-err", 0.1, "error bound of the summary: the fastest mechanism with relative error at most this")
-	paretoN := fs.Int("pareto-n", 0, "length of the report's speed/error plot (0: the longest at which exact ran)")
+	paretoN := fs.Int("pareto-n", 0, "`length` of the report's speed/error plot (0: the longest at which exact ran)")
 	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth first (about 1 s)")
 	input := fs.String("input", eval.Model, "inputs: model (the embedded model's queries, keys and values over held-out Persuasion; the shape is the model's), gaussian (i.i.d. normal) or planted (heavy-hitter keys; see attn accuracy)")
 	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	accN := fs.Int("accuracy-n", 2048, "with -out, also sweep each mechanism's budget at this `length` for the report, as attn accuracy does (0: no)")
 	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html")
 	var set listFlag
-	fs.Var(&set, "set", "mechanism parameter `name=value` (repeatable) for the mechanisms that know it")
+	fs.Var(&set, "set", "mechanism parameter `name=value` for every selected mechanism that has it, or MECH:name=value for one (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	given := fs.given()
 	cfg := benchConfig{
-		mode: *mode, dtype: *dtype, b: *b, h: *h, hkv: *hkv, d: *d,
-		causal: causal.values(), reps: *reps, workers: *workers, seed: *seed, set: set,
+		mode: *mode, dtype: *dtype, b: b, h: h, hkv: hkv, d: d,
+		causal: causal.values(), reps: reps, workers: workers, seed: *seed, set: set,
 		refBudget: *refBudget, callBudget: *callBudget, rowTime: *rowTime, budget: *budget,
-		memBudget: *memBudget * (1 << 30), maxErr: *maxErr, paretoN: *paretoN, probe: *probe, input: *input,
+		memBudget: memBudget * (1 << 30), maxErr: *maxErr, paretoN: *paretoN, probe: *probe, input: *input,
 		command: "attn bench " + strings.Join(args, " "), stderr: stderr, start: time.Now(),
 	}
 	var err error
-	if cfg.ns, err = registry.ParseInts("-n", *ns, 1, 1<<24); err != nil {
+	if cfg.ns, err = parseInts("n", *ns, 1, 1<<24, false); err != nil {
 		return err
 	}
-	for m := range strings.SplitSeq(*mechs, ",") {
-		if m = strings.TrimSpace(m); m != "" && !slices.Contains(cfg.mechs, m) {
-			cfg.mechs = append(cfg.mechs, m)
-		}
-	}
+	cfg.mechs = parseNames(*mechs)
 	if cfg.mode == "decode" {
-		if err := decodeDefaults(&cfg, setFlags(fs)); err != nil {
+		if err := decodeDefaults(&cfg, given); err != nil {
 			return err
 		}
 	}
@@ -157,8 +167,6 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-mode %q: want prefill or decode", cfg.mode)
 	case cfg.mode == "prefill" && cfg.dtype != "f32":
 		return fmt.Errorf("-dtype %q: prefill supports f32 only", cfg.dtype)
-	case cfg.reps < 1:
-		return fmt.Errorf("-reps %d: want at least 1", cfg.reps)
 	case len(cfg.ns) == 0:
 		return fmt.Errorf("-n: no lengths")
 	case len(cfg.mechs) == 0:
@@ -172,15 +180,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.mode == "decode" {
 		// Decode rows fill caches with Gaussian keys and values.
-		if setFlags(fs)["input"] && cfg.input != eval.Gaussian {
+		if given["input"] && cfg.input != eval.Gaussian {
 			return fmt.Errorf("-input %s: decode mode fills its caches with Gaussian keys and values only", cfg.input)
 		}
 		cfg.input = eval.Gaussian
 	}
 	if cfg.input == eval.Model {
-		set := setFlags(fs)
-		for _, f := range []string{"b", "h", "hkv", "d"} {
-			if set[f] {
+		for _, f := range []string{"batch", "heads", "kv-heads", "d"} {
+			if given[f] {
 				return fmt.Errorf("-%s: with -input model the shape is the model's; use -input gaussian for other shapes", f)
 			}
 		}

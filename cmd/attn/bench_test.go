@@ -90,7 +90,7 @@ func readReport(t *testing.T, dir string) string {
 // report.html.
 func TestBench(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-n", "17,40", "-h", "4", "-hkv", "2", "-d", "24", "-reps", "1",
+	code, stdout, stderr := attnCmd(t, "bench", "-n", "17,40", "-heads", "4", "-kv-heads", "2", "-d", "24", "-reps", "1",
 		"-probe=false", "-accuracy-n", "32", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -181,7 +181,7 @@ func TestBench(t *testing.T) {
 func TestBenchFailingMechanism(t *testing.T) {
 	withFakes(t)
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact,failing,panicky", "-n", "17,40", "-h", "2", "-d", "8",
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact,failing,panicky", "-n", "17,40", "-heads", "2", "-d", "8",
 		"-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -235,7 +235,7 @@ func TestBenchBudgets(t *testing.T) {
 		{[]string{"-mech", "exact", "-mem-budget", "1e-9"}, "-mem-budget",
 			func(r eval.Row) bool { return true }},
 	} {
-		args := append([]string{"bench", "-n", "17,40,80", "-h", "2", "-d", "8", "-reps", "1", "-probe=false"}, c.args...)
+		args := append([]string{"bench", "-n", "17,40,80", "-heads", "2", "-d", "8", "-reps", "1", "-probe=false"}, c.args...)
 		code, stdout, stderr := attnCmd(t, args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", c.args, code, stderr)
@@ -259,7 +259,7 @@ func TestBenchBudgets(t *testing.T) {
 func TestBenchBaseline(t *testing.T) {
 	withFakes(t)
 	dir := t.TempDir()
-	code, _, stderr := attnCmd(t, "bench", "-mech", "failing", "-n", "16", "-h", "2", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
+	code, _, stderr := attnCmd(t, "bench", "-mech", "failing", "-n", "16", "-heads", "2", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -276,7 +276,7 @@ func TestBenchProbe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the machine for about a second")
 	}
-	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-reps", "1", "-causal")
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-heads", "1", "-d", "8", "-reps", "1", "-causal")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -289,7 +289,7 @@ func TestBenchInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var stdout, stderr strings.Builder
-	code := run(ctx, []string{"bench", "-input", "gaussian", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
+	code := run(ctx, []string{"bench", "-input", "gaussian", "-mech", "exact", "-n", "16", "-heads", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "context canceled") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -302,12 +302,12 @@ func TestBenchErrors(t *testing.T) {
 	}{
 		{[]string{"-mech", "nope"}, "unknown mechanism"},
 		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16, f16 or i8"},
-		{[]string{"-mode", "decode", "-hkv", "3"}, "not a multiple"},
+		{[]string{"-mode", "decode", "-kv-heads", "3"}, "not a multiple"},
 		{[]string{"-mode", "train"}, "want prefill or decode"},
 		{[]string{"-dtype", "bf16"}, "f32 only"},
 		{[]string{"-n", "0"}, "outside"},
-		{[]string{"-h", "3", "-hkv", "2"}, "not a multiple"},
-		{[]string{"-reps", "0"}, "at least 1"},
+		{[]string{"-heads", "3", "-kv-heads", "2"}, "not a multiple"},
+		{[]string{"-reps", "0"}, "want 1 or more"},
 		{[]string{"-budget", "-1s"}, "negative"},
 		{[]string{"-input", "uniform"}, "want model, gaussian or planted"},
 		{[]string{"-set", "nonsense"}, "not name=value"},
@@ -315,7 +315,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"-bogus"}, "flag provided but not defined"},
 	} {
 		// Small sizes, in case a check fails to stop the sweep.
-		code, _, stderr := attnCmd(t, append([]string{"bench", "-probe=false", "-n", "16", "-h", "1", "-d", "8"}, c.args...)...)
+		code, _, stderr := attnCmd(t, append([]string{"bench", "-probe=false", "-n", "16", "-heads", "1", "-d", "8"}, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("bench %v: exit %d, stderr %q, want %q", c.args, code, stderr, c.want)
 		}
@@ -333,17 +333,17 @@ func TestBenchErrors(t *testing.T) {
 func TestBenchAndAccuracyShareDir(t *testing.T) {
 	withFakes(t)
 	dir := t.TempDir()
-	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "16", "-h", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
+	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "16", "-heads", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
 		t.Fatalf("accuracy: exit %d: %s", code, stderr)
 	}
-	if code, _, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-h", "1", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir); code != 0 {
+	if code, _, stderr := attnCmd(t, "bench", "-mech", "exact", "-n", "16", "-heads", "1", "-d", "8", "-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir); code != 0 {
 		t.Fatalf("bench: exit %d: %s", code, stderr)
 	}
 	res, _ := readResults(t, dir)
 	if len(res.Rows) == 0 || res.Accuracy == nil || len(res.Accuracy.Points) == 0 {
 		t.Fatalf("merged results: %d rows, accuracy %v", len(res.Rows), res.Accuracy)
 	}
-	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "17", "-h", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
+	if code, _, stderr := attnCmd(t, "accuracy", "-mech", "failing", "-n", "17", "-heads", "1", "-d", "8", "-probe=false", "-out", dir); code != 0 {
 		t.Fatalf("accuracy again: exit %d: %s", code, stderr)
 	}
 	res, _ = readResults(t, dir)
@@ -358,7 +358,7 @@ func TestBenchAndAccuracyShareDir(t *testing.T) {
 
 func TestBenchPlanted(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-mech", "ref,exact", "-input", "planted", "-n", "32", "-h", "2", "-d", "8",
+	code, stdout, stderr := attnCmd(t, "bench", "-mech", "ref,exact", "-input", "planted", "-n", "32", "-heads", "2", "-d", "8",
 		"-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -378,7 +378,7 @@ func TestBenchPlanted(t *testing.T) {
 // type gets a row with a read rate and a small error against exact.
 func TestBenchDecode(t *testing.T) {
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40,130", "-h", "8", "-d", "24",
+	code, stdout, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40,130", "-heads", "8", "-d", "24",
 		"-reps", "1", "-mech", "exact,linear", "-out", dir, "-accuracy-n", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -427,7 +427,7 @@ func TestBenchDecode(t *testing.T) {
 // the int8 rounding of the cache (about 1% on Gaussian inputs).
 func TestBenchDecodeI8(t *testing.T) {
 	dir := t.TempDir()
-	code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-dtype", "i8", "-probe=false", "-n", "40,130", "-h", "8", "-d", "24",
+	code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-dtype", "i8", "-probe=false", "-n", "40,130", "-heads", "8", "-d", "24",
 		"-reps", "1", "-out", dir, "-accuracy-n", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -471,7 +471,7 @@ func TestModelInputs(t *testing.T) {
 			t.Errorf("row %s n=%d has shape b=%d h=%d hkv=%d d=%d, want the model's 1, 8, 2, 32", r.Mech, r.N, r.B, r.H, r.HKV, r.D)
 		}
 	}
-	if code, _, stderr := attnCmd(t, "bench", "-input", "model", "-h", "4", "-n", "16"); code == 0 || !strings.Contains(stderr, "shape is the model's") {
+	if code, _, stderr := attnCmd(t, "bench", "-input", "model", "-heads", "4", "-n", "16"); code == 0 || !strings.Contains(stderr, "shape is the model's") {
 		t.Errorf("-input model -h 4: exit %d, %s", code, stderr)
 	}
 	code, stdout, stderr = attnCmd(t, "accuracy", "-mech", "window", "-n", "64", "-layer", "0", "-probe=false")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -26,7 +25,7 @@ func decodeDefaults(cfg *benchConfig, set map[string]bool) error {
 	if !set["n"] {
 		cfg.ns = []int{1024, 4096, 16384, 65536}
 	}
-	if !set["h"] {
+	if !set["heads"] {
 		cfg.h = 32
 	}
 	if !set["d"] {
@@ -41,7 +40,7 @@ func decodeDefaults(cfg *benchConfig, set map[string]bool) error {
 			cfg.hkvs = append(cfg.hkvs, hkv)
 		}
 	}
-	if set["hkv"] {
+	if set["kv-heads"] {
 		cfg.hkvs = []int{cfg.hkv}
 		if cfg.hkv == 0 {
 			cfg.hkvs = []int{cfg.h}
@@ -63,13 +62,6 @@ func decodeDefaults(cfg *benchConfig, set map[string]bool) error {
 	}
 	cfg.causal = []bool{true}
 	return nil
-}
-
-// setFlags returns the names of the flags given on the command line.
-func setFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
 }
 
 // decode times one decode step of each mechanism's incremental decoder

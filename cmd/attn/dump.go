@@ -2,31 +2,32 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/tensorio"
 )
 
 func cmdDump(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn dump", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("dump", stdout, stderr, helpText{
+		synopsis: "attn dump [-model FILE] [-text FILE] -layer L -out DIR [flags]",
+		examples: []string{
+			"attn dump -layer 3 -ctx 1024 -out qkv     # the embedded model on embedded Persuasion",
+		},
+		about: `Writes the queries and keys (after the rotary embedding) and values of one
+layer as float32 .npy, q [1,H,T,D], k and v [1,Hkv,T,D], and the layer's
+causal attention output o [1,H,T,D], for attn accuracy -q -k -v -causal
+and attn run. Without -model, the embedded model.`,
+	})
 	var mf modelFlags
 	mf.register(fs, true)
-	textPath := fs.String("text", "", "text `FILE` whose first tokens are run through the model")
-	layer := fs.Int("layer", 0, "layer whose attention inputs are written (from 0)")
+	textPath := fs.String("text", "", "text `FILE` whose first tokens are run through the model (UTF-8; .gz is read gunzipped; default: Persuasion, embedded)")
+	layer := fs.Int("layer", 0, "`layer` whose attention inputs are written (from 0)")
 	ctxLen := fs.Int("ctx", 0, "tokens to run, BOS included (0: the model's context, or 512)")
 	out := fs.String("out", "", "`DIR` for q.npy, k.npy, v.npy and o.npy")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn dump [-model FILE] -text FILE -layer L -out DIR [flags]")
-		fmt.Fprintln(stderr, "\nWrites the queries and keys (after the rotary embedding) and values of one layer as")
-		fmt.Fprintln(stderr, "float32 .npy, q [1,H,T,D], k and v [1,Hkv,T,D], and the layer's causal attention")
-		fmt.Fprintln(stderr, "output o [1,H,T,D], for `attn accuracy -q -k -v -causal` and `attn run`.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,21 +49,13 @@ func cmdDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *layer < 0 || *layer >= c.Layers {
 		return fmt.Errorf("-layer %d: the model has layers 0 to %d", *layer, c.Layers-1)
 	}
-	_, tokens, err := readText(*textPath, tok)
+	// The first window of the text: -ctx tokens, BOS included.
+	text, err := experiment.LoadText(experiment.TextConfig{Path: *textPath, Limit: *ctxLen, Context: *ctxLen, SeqLen: c.SeqLen}, tok)
 	if err != nil {
 		return err
 	}
-	n := *ctxLen
-	if n == 0 {
-		n = c.SeqLen
-		if n == 0 {
-			n = 512
-		}
-	}
-	tokens = tokens[:min(n, len(tokens))]
-	if len(tokens) == 0 {
-		return fmt.Errorf("%s: no tokens", *textPath)
-	}
+	printLines(stderr, text.Notes)
+	tokens := text.Tokens[:min(text.Context, len(text.Tokens))]
 	s, q, k, v, o, err := m.Activations(ctx, tokens, *layer)
 	if err != nil {
 		return err

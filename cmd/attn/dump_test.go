@@ -48,7 +48,7 @@ func TestDumpCommand(t *testing.T) {
 		{"-model", f.gguf, "-text", f.text, "-layer", "2", "-out", out},
 		{"-model", f.gguf, "-text", f.text, "-layer", "-1", "-out", out},
 		{"-model", f.gguf, "-text", f.text, "-layer", "0"},
-		{"-model", f.gguf, "-layer", "0", "-out", out},
+		{"-model", f.gguf, "-text", filepath.Join(f.dir, "nosuch"), "-layer", "0", "-out", out},
 		{"-model", f.gguf, "-text", f.text, "-ctx", "-3", "-out", out},
 	} {
 		if _, _, err := modelCmd(t, cmdDump, args...); err == nil {

@@ -88,7 +88,7 @@ func TestBenchFallback(t *testing.T) {
 		fell []int // lengths that fall back
 	}{{nil, "32", []int{17}}, {[]string{"-set", "min=10"}, "10", nil}, {[]string{"-set", "min=50"}, "50", []int{17, 40}}} {
 		dir := t.TempDir()
-		args := append([]string{"bench", "-mech", "exact,fallsback", "-n", "17,40", "-h", "2", "-d", "8", "-reps", "1",
+		args := append([]string{"bench", "-mech", "exact,fallsback", "-n", "17,40", "-heads", "2", "-d", "8", "-reps", "1",
 			"-probe=false", "-accuracy-n", "0", "-out", dir}, c.set...)
 		code, stdout, stderr := attnCmd(t, args...)
 		if code != 0 {
@@ -126,7 +126,7 @@ func TestBenchFallback(t *testing.T) {
 // effect, the -set ones and the defaults, the causal ones under the mask.
 func TestBenchParams(t *testing.T) {
 	dir := t.TempDir()
-	code, _, stderr := attnCmd(t, "bench", "-mech", "window,performer", "-set", "left=8", "-n", "16", "-h", "2", "-d", "8",
+	code, _, stderr := attnCmd(t, "bench", "-mech", "window,performer", "-set", "left=8", "-n", "16", "-heads", "2", "-d", "8",
 		"-reps", "1", "-probe=false", "-accuracy-n", "0", "-out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -216,7 +216,7 @@ func TestModelCommandsFallback(t *testing.T) {
 		args []string
 	}{
 		{cmdPPL, []string{"-text", f.text, "-ctx", "24", "-tokens", "40", "-patch", "hyper:layers=1"}},
-		{cmdPatching, []string{"-text", f.text, "-ctx", "24", "-tokens", "40", "-mechs", "hyper", "-set", "hyper:min=4096", "-layers", "1"}},
+		{cmdPatching, []string{"-text", f.text, "-ctx", "24", "-tokens", "40", "-mech", "hyper", "-set", "hyper:min=4096", "-layers", "1"}},
 	}
 	// Generation decodes every layer through its mechanism's decoder.
 	if _, err := registry.NewDecoder(m, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 12}); err == nil {
@@ -248,7 +248,7 @@ func TestModelCommandsFallback(t *testing.T) {
 func TestBenchDecodeMechanisms(t *testing.T) {
 	withFakes(t, decodesEntry)
 	dir := t.TempDir()
-	code, stdout, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40,300", "-h", "4", "-hkv", "2", "-d", "24",
+	code, stdout, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40,300", "-heads", "4", "-kv-heads", "2", "-d", "24",
 		"-dtype", "f32", "-reps", "1", "-mech", "exact,window,decodes,failing", "-out", dir, "-accuracy-n", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

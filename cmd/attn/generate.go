@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -10,8 +9,16 @@ import (
 )
 
 func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("generate", stdout, stderr, helpText{
+		synopsis: "attn generate [-model FILE] -prompt TEXT [-n 200] [-temp T] [-topk K] [-seed S] [-patch SPEC] [flags]",
+		examples: []string{
+			`attn generate -prompt "It is a truth universally acknowledged" -n 120 -seed 1`,
+			`attn generate -prompt "Anne" -patch "window:left=256" -temp 0`,
+		},
+		about: `Streams the prompt and its continuation to stdout and reports prefill and
+decode tokens/s on stderr. Every layer attends through its mechanism's
+decoder. Without -model, the embedded model.`,
+	})
 	var mf modelFlags
 	mf.register(fs, true)
 	prompt := fs.String("prompt", "", "`TEXT` to continue (empty: start from BOS alone)")
@@ -19,11 +26,6 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	temp := fs.Float64("temp", 0.8, "sampling temperature (0: greedy)")
 	topk := fs.Int("topk", 40, "sample among the `K` most likely tokens (0: all)")
 	sampleSeed := fs.Uint64("sample-seed", 0, "seed of the sampler (0: -seed)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn generate [-model FILE] -prompt TEXT [-n 200] [-temp T] [-topk K] [-seed S] [-patch SPEC] [flags]")
-		fmt.Fprintln(stderr, "\nStreams the prompt and its continuation to stdout and reports prefill and decode tokens/s on stderr.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

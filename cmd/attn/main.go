@@ -8,11 +8,14 @@
 //	attn run [flags]       one mechanism on tensors read from .npy or safetensors
 //	attn ppl [flags]       perplexity and bits/char of a model, exact or with patched attention
 //	attn patching [flags]  perplexity and attention time as the last ℓ layers are patched, per mechanism
+//	attn needle [flags]    needle in a haystack: retrieval accuracy per mechanism, length and depth
 //	attn generate [flags]  stream text from a model and report prefill and decode tokens/s
 //	attn train [flags]     train a model and its tokenizer on plain text, in pure Go
 //	attn dump [flags]      write one layer's Q, K, V (after RoPE) and output as .npy
+//	attn version           the version of attn and of Go
 //
-// Run `attn <command> -h` for the flags of each command.
+// Run `attn help <command>` (or `attn <command> -h`) for a command's
+// synopsis, examples and flags.
 package main
 
 import (
@@ -23,7 +26,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/attnkit/attn"
 )
 
 func main() {
@@ -32,10 +38,12 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var commands = []struct {
+type command struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}{
+}
+
+var commands = []command{
 	{"bench", "time, memory and error of every mechanism over a sweep of lengths", cmdBench},
 	{"run", "run one mechanism on tensors from .npy or safetensors files", cmdRun},
 	{"accuracy", "error against exact attention as each mechanism's budget grows", cmdAccuracy},
@@ -45,66 +53,101 @@ var commands = []struct {
 	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
 	{"train", "train a model and its tokenizer on text: AdamW, cosine schedule, checkpoints", cmdTrain},
 	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},
+	{"version", "print the version of attn, of Go and the build", cmdVersion},
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: attn <command> [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: attn <command> [flags]\n\nexamples:\n  attn bench -out report     # time and error of every mechanism, report.html in report/\n  attn help bench            # a command's synopsis, examples and flags\n\ncommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'attn <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'attn help <command>' or 'attn <command> -h' for a command's flags.")
 }
 
-// run is main without the process: it returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
+func lookupCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
 		}
-		return 0
-	}
-	for _, c := range commands {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			return 2
-		}
-		fmt.Fprintf(stderr, "attn %s: %v\n", c.name, err)
-		return 1
-	}
-	fmt.Fprintf(stderr, "attn: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
-}
-
-// errUsage marks an error the flag package has already printed.
-var errUsage = errors.New("usage")
-
-// parseFlags parses args with fs, which prints its own errors to stderr.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return errUsage
 	}
 	return nil
 }
 
-// listFlag collects a repeatable string flag.
-type listFlag []string
+// run is main without the process: it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		args = []string{"version"}
+	case "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		if c := lookupCommand(args[1]); c != nil {
+			return finish(c, c.run(ctx, []string{"-h"}, stdout, stderr), stderr)
+		}
+		fmt.Fprintf(stderr, "attn help: unknown command %q\n\n", args[1])
+		usage(stderr)
+		return 2
+	}
+	c := lookupCommand(args[0])
+	if c == nil {
+		fmt.Fprintf(stderr, "attn: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return finish(c, c.run(ctx, args[1:], stdout, stderr), stderr)
+}
 
-func (l *listFlag) String() string     { return strings.Join(*l, " ") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+// finish turns a command's error into the exit status: 0 for help, 2 for
+// a usage error (already printed), 1 otherwise, printed.
+func finish(c *command, err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	}
+	fmt.Fprintf(stderr, "attn %s: %v\n", c.name, err)
+	return 1
+}
+
+func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version", stdout, stderr, helpText{
+		synopsis: "attn version",
+		examples: []string{"attn version"},
+		about:    "Prints the version of attn, the Go toolchain it was built with, and the\nsource revision where the build recorded one.",
+	})
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "attn %s %s %s/%s\n", attn.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, modified string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if rev != "" {
+			if modified == "true" {
+				rev += " (modified)"
+			}
+			fmt.Fprintf(stdout, "revision %s\n", rev)
+		}
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			fmt.Fprintf(stdout, "module %s %s\n", bi.Main.Path, bi.Main.Version)
+		}
+	}
+	return nil
+}

@@ -16,13 +16,13 @@ import (
 	"github.com/attnkit/attn/tensorio"
 )
 
-// attnCmd runs the command in-process and returns its status and output.
-// attnCmd runs attn with args. bench and accuracy runs that give a shape
-// (-h) without -input use Gaussian inputs: the default, the model's
-// activations, fixes the shape (TestModelInputs tests it).
+// attnCmd runs attn with args in-process and returns its status and
+// output. bench and accuracy runs that give a shape (-heads) without
+// -input use Gaussian inputs: the default, the model's activations, fixes
+// the shape (TestModelInputs tests it).
 func attnCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	if len(args) > 0 && (args[0] == "bench" || args[0] == "accuracy") && slices.Contains(args, "-h") && !slices.Contains(args, "-input") {
+	if len(args) > 0 && (args[0] == "bench" || args[0] == "accuracy") && slices.Contains(args, "-heads") && !slices.Contains(args, "-input") {
 		args = append([]string{args[0], "-input", "gaussian"}, args[1:]...)
 	}
 	var stdout, stderr bytes.Buffer
@@ -125,7 +125,7 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{[]string{"-q", q, "-k", k, "-v", k}, "-o is required"},
 		{[]string{"-mech", "nope", "-q", q, "-k", k, "-v", k, "-o", o}, "unknown mechanism"},
-		{[]string{"-set", "x=1", "-q", q, "-k", k, "-v", k, "-o", o}, "unknown parameter"},
+		{[]string{"-set", "x=1", "-q", q, "-k", k, "-v", k, "-o", o}, "no selected mechanism has a parameter"},
 		{[]string{"-q", q, "-k", k3, "-v", k3, "-o", o}, "not a multiple"},
 		{[]string{"-q", q, "-k", kd, "-v", kd, "-o", o}, "head size"},
 		{[]string{"-q", q, "-k", k, "-v", kd, "-o", o}, "must match"},

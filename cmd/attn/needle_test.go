@@ -20,7 +20,7 @@ func TestNeedleCommand(t *testing.T) {
 	}
 	out := filepath.Join(f.dir, "needle")
 	stdout, stderr, err := modelCmd(t, cmdNeedle, "-model", f.gguf, "-text", hay, "-n", "200,256", "-depths", "0,1",
-		"-trials", "2", "-mechs", "exact,window", "-out", out)
+		"-trials", "2", "-mech", "exact,window", "-out", out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
@@ -51,7 +51,7 @@ func TestNeedleCommand(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mechs", "nosuch"}} {
+	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mech", "nosuch"}} {
 		if _, _, err := modelCmd(t, cmdNeedle, append([]string{"-model", f.gguf, "-text", hay}, bad...)...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}

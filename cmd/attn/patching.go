@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"image/color"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -27,6 +25,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/registry"
 )
@@ -94,52 +93,57 @@ type patchingJSON struct {
 }
 
 func cmdPatching(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn patching", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("patching", stdout, stderr, helpText{
+		synopsis: "attn patching [-model FILE] [-text FILE] [-ctx N] [-mech LIST] [-layers LIST] [-set MECH:name=value ...] [-out DIR] [flags]",
+		examples: []string{
+			"attn patching -ctx 2048 -tokens 32768 -out patching-out   # the embedded model on embedded Persuasion",
+			"attn patching -text book.txt -mech window,hyper -layers 0-2 -set hyper:samples=128",
+		},
+		about: `Perplexity as the attention of the last ℓ layers is replaced by an
+approximation, for ℓ = 0…L and each mechanism, and the time spent in
+attention (the HyperAttention paper's Figure 3). ℓ = 0 is the exact model,
+run once and shared by every curve.`,
+		more: func(w io.Writer) {
+			fmt.Fprint(w, `Budgets scale with n, the window length (-ctx, or the text when shorter),
+so that each mechanism sees about n/8 keys per query on average (exact
+attention, causal, averages (n+1)/2):
+`)
+			for _, name := range patchingMechs {
+				fmt.Fprintf(w, "  %-10s %s\n", name, scaledBudget(name, 2048, 2048).Rule)
+			}
+			fmt.Fprintln(w, "and min=0 (no fallback to exact) for reformer, performer and hyper.")
+			fmt.Fprintln(w, "Other registered mechanisms run with their defaults; -set changes any of them.")
+		},
+	})
 	var mf modelFlags
 	mf.register(fs, false)
-	textPath := fs.String("text", "", "text `FILE` to score (UTF-8)")
+	textPath := fs.String("text", "", "text `FILE` to score (UTF-8; .gz is read gunzipped; default: Persuasion, embedded)")
 	ctxLen := fs.Int("ctx", 0, "tokens per window, n (0: the model's context, or 512)")
 	stride := fs.Int("stride", 0, "tokens a window moves (0: half the window)")
 	limit := fs.Int("tokens", 0, "score only the first `N` tokens of the text (0: all)")
-	mechList := fs.String("mechs", strings.Join(patchingMechs, ","), "comma-separated `mechanisms`, one curve each")
+	mechList := fs.String("mech", strings.Join(patchingMechs, ","), "comma-separated `mechanisms`, one curve each")
+	fs.alias("mechs", "mech")
 	layerList := fs.String("layers", "all", "the values of ℓ to run: `LIST` of numbers and ranges lo-hi, or all (0…L); 0 always runs")
 	kl := fs.Bool("kl", false, "also the KL divergence from the exact model and each layer's attention error (runs the exact model on every window again)")
 	out := fs.String("out", "", "write `DIR`/patching.json, patching.md, patching.png and patching.svg")
 	var sets listFlag
-	fs.Var(&sets, "set", "override or add parameters: `SPEC` NAME:param=value,... (repeatable, or ';'-separated)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn patching [-model FILE] -text FILE [-ctx N] [-mechs LIST] [-layers LIST] [-out DIR] [flags]")
-		fmt.Fprint(stderr, `
-Perplexity as the attention of the last ℓ layers is replaced by an
-approximation, for ℓ = 0…L and each mechanism, and the time spent in
-attention (the HyperAttention paper's Figure 3). ℓ = 0 is the exact model,
-run once and shared by every curve.
-
-Budgets scale with n, the window length (-ctx, or the text when shorter),
-so that each mechanism sees about n/8 keys per query on average (exact
-attention, causal, averages (n+1)/2):
-`)
-		for _, name := range patchingMechs {
-			fmt.Fprintf(stderr, "  %-10s %s\n", name, scaledBudget(name, 2048, 2048).Rule)
-		}
-		fmt.Fprintln(stderr, "and min=0 (no fallback to exact) for reformer, performer and hyper.")
-		fmt.Fprintln(stderr, "Other registered mechanisms run with their defaults; -set changes any of them.")
-		fmt.Fprintln(stderr, "\nflags:")
-		fs.PrintDefaults()
-	}
+	fs.Var(&sets, "set", "override or add parameters: `SPEC` MECH:name=value[,name=value] for one mechanism, name=value for every one that has it (repeatable, or ';'-separated)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *ctxLen < 0 || *stride < 0 || *limit < 0 {
-		return fmt.Errorf("-ctx, -stride and -tokens must be >= 0")
+	tcfg := experiment.TextConfig{Path: *textPath, Limit: *limit, Context: *ctxLen, Stride: *stride}
+	if err := tcfg.Check(); err != nil {
+		return err
 	}
 	mechs, err := parseMechs(*mechList)
 	if err != nil {
 		return err
 	}
-	overrides, err := parseSets(sets, mechs)
+	overrides, err := experiment.ParseSettings(sets)
 	if err != nil {
+		return err
+	}
+	if err := overrides.Check(mechs, nil); err != nil {
 		return err
 	}
 	exact, _, tok, err := mf.load()
@@ -151,39 +155,18 @@ attention, causal, averages (n+1)/2):
 	if err != nil {
 		return err
 	}
-	_, tokens, err := readText(*textPath, tok)
+	tcfg.SeqLen = exact.Config().SeqLen
+	text, err := experiment.LoadText(tcfg, tok)
 	if err != nil {
 		return err
 	}
-	if *limit > 0 && *limit < len(tokens) {
-		tokens = tokens[:*limit]
-	}
-	if len(tokens) < 2 {
-		return fmt.Errorf("%s: %d tokens; perplexity needs at least one after BOS", *textPath, len(tokens))
-	}
-	chars := utf8.RuneCountInString(tok.Decode(tokens))
-	opts := model.PerplexityOptions{Context: *ctxLen, Stride: *stride}
-	if opts.Context == 0 {
-		opts.Context = exact.Config().SeqLen
-		if opts.Context == 0 {
-			opts.Context = 512
-		}
-	}
-	if opts.Stride == 0 {
-		opts.Stride = max(1, opts.Context/2)
-	}
-	if opts.Context < 2 || opts.Stride > opts.Context {
-		return fmt.Errorf("-ctx %d, -stride %d: want a context of at least 2 and a stride at most the context", opts.Context, opts.Stride)
-	}
-	begins, ends, _ := model.Windows(len(tokens), opts.Context, opts.Stride)
-	n, shortest := 0, len(tokens)
-	for w := range begins {
-		n, shortest = max(n, ends[w]-begins[w]), min(shortest, ends[w]-begins[w])
-	}
+	printLines(stderr, text.Notes)
+	tokens, chars, opts := text.Tokens, text.Chars, text.Options()
+	n, shortest := text.Longest, text.Shortest
 
 	res := patchingJSON{
-		Model: mf.model, Text: *textPath, Context: opts.Context, Stride: opts.Stride, N: n,
-		Windows: len(begins), Tokens: len(tokens) - 1, Chars: chars, Layers: L,
+		Model: mf.model, Text: text.Name, Context: opts.Context, Stride: opts.Stride, N: n,
+		Windows: text.Windows, Tokens: len(tokens) - 1, Chars: chars, Layers: L,
 		Workers: mf.workers, Seed: mf.seed, KL: *kl,
 	}
 	if res.Workers == 0 {
@@ -193,20 +176,21 @@ attention, causal, averages (n+1)/2):
 	// the command before the first (long) perplexity run, not after it.
 	for _, name := range mechs {
 		b := scaledBudget(name, n, shortest)
-		if o, ok := overrides[name]; ok {
-			b.Settings = mergeSettings(b.Settings, o)
-			b.Rule += "; with -set " + strings.Join(o, ",")
-			b.Keys = 0
+		if e, err := registry.Lookup(name); err == nil {
+			if merged := overrides.For(e, b.Settings); !slices.Equal(merged, b.Settings) {
+				b.Rule += "; with -set " + strings.Join(overrides.For(e, nil), ",")
+				b.Settings, b.Keys = merged, 0
+			}
 		}
 		if _, err := registry.New(name, b.Settings, mf.seed); err != nil {
-			return fmt.Errorf("-mechs %s: %w", name, err)
+			return fmt.Errorf("-mech %s: %w", name, err)
 		}
 		res.Mechanisms = append(res.Mechanisms, patchingMech{Name: name, Settings: b.Settings, Budget: b.Rule, KeysPerQuery: b.Keys})
 	}
 
 	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
 	fmt.Fprintf(stdout, "text   %s: %d characters, %d tokens; windows of %d tokens, stride %d: %d windows\n",
-		filepath.Base(*textPath), chars, len(tokens), opts.Context, opts.Stride, len(begins))
+		text.Name, chars, len(tokens), opts.Context, opts.Stride, text.Windows)
 	fmt.Fprintf(stdout, "\nbudgets for n = %d (exact: (n+1)/2 = %.0f keys per query on average):\n", n, float64(n+1)/2)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "mechanism\tsettings\t≈keys/query\trule")
@@ -223,7 +207,7 @@ attention, causal, averages (n+1)/2):
 		if *kl && m != exact {
 			o.Reference = exact
 		}
-		prog.begin(fmt.Sprintf("%s, window 1/%d", label, len(begins)))
+		prog.begin(fmt.Sprintf("%s, window 1/%d", label, text.Windows))
 		o.Progress = func(d, total int) {
 			if d < total {
 				prog.begin(fmt.Sprintf("%s, window %d/%d", label, d+1, total))
@@ -312,7 +296,7 @@ attention, causal, averages (n+1)/2):
 	return nil
 }
 
-// parseMechs parses -mechs: registered names, each once.
+// parseMechs parses -mech: registered names, each once.
 func parseMechs(s string) ([]string, error) {
 	var names []string
 	for name := range strings.SplitSeq(s, ",") {
@@ -321,88 +305,31 @@ func parseMechs(s string) ([]string, error) {
 			continue
 		}
 		if _, err := registry.Lookup(name); err != nil {
-			return nil, fmt.Errorf("-mechs: %w", err)
+			return nil, fmt.Errorf("-mech: %w", err)
 		}
 		if slices.Contains(names, name) {
-			return nil, fmt.Errorf("-mechs: %s listed twice", name)
+			return nil, fmt.Errorf("-mech: %s listed twice", name)
 		}
 		names = append(names, name)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("-mechs: no mechanism")
+		return nil, fmt.Errorf("-mech: no mechanism")
 	}
 	return names, nil
-}
-
-// parseSets parses the -set specs into each mechanism's name=value
-// settings. The syntax is -patch's (model.ParsePatch) without layers,
-// which the sweep chooses; a spec for a mechanism not in -mechs is an
-// error, as it is most likely a typo.
-func parseSets(specs, mechs []string) (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, spec := range specs {
-		ps, err := model.ParsePatch(spec)
-		if err != nil {
-			return nil, fmt.Errorf("-set: %w", err)
-		}
-		for _, p := range ps {
-			if p.Layers != nil {
-				return nil, fmt.Errorf("-set %s: layers are what the sweep varies", p)
-			}
-			if !slices.Contains(mechs, p.Mechanism) {
-				return nil, fmt.Errorf("-set %s: %s is not among -mechs", p, p.Mechanism)
-			}
-			out[p.Mechanism] = append(out[p.Mechanism], p.Settings...)
-		}
-	}
-	return out, nil
-}
-
-// mergeSettings returns base with each name=value of over replacing the
-// setting of the same name, or added when base has none.
-func mergeSettings(base, over []string) []string {
-	out := slices.Clone(base)
-	for _, o := range over {
-		name, _, _ := strings.Cut(o, "=")
-		i := slices.IndexFunc(out, func(s string) bool {
-			n, _, _ := strings.Cut(s, "=")
-			return strings.TrimSpace(n) == strings.TrimSpace(name)
-		})
-		if i >= 0 {
-			out[i] = o
-		} else {
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 // parseEll parses -layers: "all" (0…L) or numbers and ranges lo-hi in
 // [0, L]. The result is ascending, without repeats, and starts with 0: the
 // exact model is every curve's first point.
 func parseEll(s string, L int) ([]int, error) {
-	ells := []int{0}
 	if strings.TrimSpace(s) == "all" {
-		for l := 1; l <= L; l++ {
-			ells = append(ells, l)
-		}
-		return ells, nil
+		s = fmt.Sprintf("0-%d", L)
 	}
-	for f := range strings.SplitSeq(s, ",") {
-		f = strings.TrimSpace(f)
-		lo, hi, isRange := strings.Cut(f, "-")
-		a, err := strconv.Atoi(strings.TrimSpace(lo))
-		b := a
-		if err == nil && isRange {
-			b, err = strconv.Atoi(strings.TrimSpace(hi))
-		}
-		if err != nil || a < 0 || b < a || b > L {
-			return nil, fmt.Errorf("-layers: %q is not a number or range lo-hi in [0, %d] (the model has %d layers)", f, L, L)
-		}
-		for l := a; l <= b; l++ {
-			ells = append(ells, l)
-		}
+	ells, err := parseInts("layers", s, 0, L, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the model has %d layers)", err, L)
 	}
+	ells = append(ells, 0)
 	slices.Sort(ells)
 	return slices.Compact(ells), nil
 }

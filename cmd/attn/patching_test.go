@@ -116,7 +116,7 @@ func TestPatchingExactWindow(t *testing.T) {
 	f := newModelFixture(t)
 	out := filepath.Join(f.dir, "out")
 	_, stderr, err := modelCmd(t, cmdPatching, "-model", f.gguf, "-text", f.text, "-ctx", "24", "-tokens", "40",
-		"-mechs", "window", "-set", "window:left=24", "-layers", "2", "-kl", "-out", out)
+		"-mech", "window", "-set", "window:left=24", "-layers", "2", "-kl", "-out", out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
@@ -142,20 +142,20 @@ func TestPatchingBadFlags(t *testing.T) {
 	f := newModelFixture(t)
 	base := []string{"-model", f.gguf, "-text", f.text, "-ctx", "24"}
 	for _, extra := range [][]string{
-		{"-mechs", "window,nosuch"},
-		{"-mechs", "window,window"},
-		{"-mechs", ","},
+		{"-mech", "window,nosuch"},
+		{"-mech", "window,window"},
+		{"-mech", ","},
 		{"-ctx", "-1"},
 		{"-ctx", "8", "-stride", "9"},
 		{"-tokens", "-2"},
 		{"-layers", "3"},
 		{"-layers", "2-1"},
 		{"-layers", "x"},
-		{"-mechs", "window", "-set", "hyper:block=4"},
-		{"-mechs", "window", "-set", "window:layers=1"},
-		{"-mechs", "window", "-set", "window:nosuch=1"},
-		{"-mechs", "window", "-set", "window:left=x"},
-		{"-mechs", "window", "extra"},
+		{"-mech", "window", "-set", "hyper:block=4"},
+		{"-mech", "window", "-set", "window:layers=1"},
+		{"-mech", "window", "-set", "window:nosuch=1"},
+		{"-mech", "window", "-set", "window:left=x"},
+		{"-mech", "window", "extra"},
 	} {
 		if _, _, err := modelCmd(t, cmdPatching, append(slices.Clone(base), extra...)...); err == nil {
 			t.Errorf("patching %v: no error", extra)

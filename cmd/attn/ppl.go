@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -11,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"unicode/utf8"
 
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/tokenizer"
@@ -26,11 +25,11 @@ type modelFlags struct {
 	workers          int
 }
 
-func (f *modelFlags) register(fs *flag.FlagSet, patch bool) {
+func (f *modelFlags) register(fs *flagSet, patch bool) {
 	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint (default: the embedded Austen model)")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `FILE` (default: the GGUF's own, or tokenizer.bin beside -model)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the patched mechanisms (layer l gets seed+l)")
-	fs.IntVar(&f.workers, "workers", 0, "goroutines (0: GOMAXPROCS)")
+	fs.workersVar(&f.workers)
 	if patch {
 		fs.Var(&f.patches, "patch", "replace the attention of some layers: `SPEC` NAME[:layers=2-3,param=value,...] (repeatable, or ';'-separated)")
 	}
@@ -91,19 +90,6 @@ func describeModel(path string, m *model.Model) string {
 		filepath.Base(path), c.Dim, c.Hidden, c.Layers, c.Heads, c.KVHeads, c.HeadDim(), c.Vocab, c.SeqLen, tied, size)
 }
 
-// readText reads a text file (gunzipped when it ends in .gz) and its
-// tokens, BOS first.
-func readText(path string, tok *tokenizer.Tokenizer) (string, []int, error) {
-	if path == "" {
-		return "", nil, fmt.Errorf("-text is required")
-	}
-	s, err := readTextFile(path)
-	if err != nil {
-		return "", nil, err
-	}
-	return s, tok.Encode(s, true), nil
-}
-
 // pplJSON is what ppl writes to -out DIR/ppl.json.
 type pplJSON struct {
 	Model        string        `json:"model"`
@@ -125,18 +111,6 @@ type pplJSON struct {
 	Fallbacks []string `json:"fallbacks,omitempty"`
 }
 
-// windowLengths returns the longest and shortest of the windows.
-func windowLengths(begins, ends []int) (longest, shortest int) {
-	for w := range begins {
-		l := ends[w] - begins[w]
-		longest = max(longest, l)
-		if shortest == 0 || l < shortest {
-			shortest = l
-		}
-	}
-	return longest, shortest
-}
-
 type layerRelErr struct {
 	Layer     int     `json:"layer"`
 	Attention string  `json:"attention"`
@@ -144,66 +118,52 @@ type layerRelErr struct {
 }
 
 func cmdPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn ppl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("ppl", stdout, stderr, helpText{
+		synopsis: "attn ppl [-model FILE] [-text FILE] [-ctx N] [-stride S] [-patch SPEC] [-out DIR] [flags]",
+		examples: []string{
+			"attn ppl -ctx 2048 -stride 1024        # the embedded model on embedded Persuasion",
+			`attn ppl -text book.txt -patch "hyper:layers=2-3,block=32,samples=32,min=0" -out ppl-out`,
+		},
+		about: `Perplexity and bits per character over sliding windows; with -patch, also
+the patched model's, its mean KL divergence from the exact model and each
+patched layer's attention error. Without -model, the embedded model.`,
+	})
 	var mf modelFlags
 	mf.register(fs, true)
-	textPath := fs.String("text", "", "text `FILE` to score (UTF-8)")
+	textPath := fs.String("text", "", "text `FILE` to score (UTF-8; .gz is read gunzipped; default: Persuasion, embedded)")
 	ctxLen := fs.Int("ctx", 0, "tokens per window (0: the model's context, or 512)")
 	stride := fs.Int("stride", 0, "tokens a window moves (0: half the window)")
 	limit := fs.Int("tokens", 0, "score only the first `N` tokens of the text (0: all)")
 	out := fs.String("out", "", "write `DIR`/ppl.json")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn ppl [-model FILE] -text FILE [-ctx N] [-stride S] [-patch SPEC] [flags]")
-		fmt.Fprintln(stderr, "\nPerplexity and bits per character over sliding windows; with -patch, also the patched")
-		fmt.Fprintln(stderr, "model's and its mean KL divergence from the exact model, and each patched layer's error.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *ctxLen < 0 || *stride < 0 || *limit < 0 {
-		return fmt.Errorf("-ctx, -stride and -tokens must be >= 0")
+	tcfg := experiment.TextConfig{Path: *textPath, Limit: *limit, Context: *ctxLen, Stride: *stride}
+	if err := tcfg.Check(); err != nil {
+		return err
 	}
 	exact, patched, tok, err := mf.load()
 	if err != nil {
 		return err
 	}
-	_, tokens, err := readText(*textPath, tok)
+	tcfg.SeqLen = exact.Config().SeqLen
+	text, err := experiment.LoadText(tcfg, tok)
 	if err != nil {
 		return err
 	}
-	if *limit > 0 && *limit < len(tokens) {
-		tokens = tokens[:*limit]
-	}
-	if len(tokens) < 2 {
-		return fmt.Errorf("%s: %d tokens; perplexity needs at least one after BOS", *textPath, len(tokens))
-	}
-	// Characters of the scored text: what the scored tokens decode to.
-	chars := utf8.RuneCountInString(tok.Decode(tokens))
-	opts := model.PerplexityOptions{Context: *ctxLen, Stride: *stride}
-	if opts.Context == 0 {
-		opts.Context = exact.Config().SeqLen
-		if opts.Context == 0 {
-			opts.Context = 512
-		}
-	}
-	if opts.Stride == 0 {
-		opts.Stride = max(1, opts.Context/2)
-	}
-	begins, ends, _ := model.Windows(len(tokens), opts.Context, opts.Stride)
-	res := pplJSON{Model: mf.model, Text: *textPath, Context: opts.Context, Stride: opts.Stride, Chars: chars}
+	printLines(stderr, text.Notes)
+	tokens, chars, opts := text.Tokens, text.Chars, text.Options()
+	res := pplJSON{Model: mf.model, Text: text.Name, Context: opts.Context, Stride: opts.Stride, Chars: chars}
 	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
 	fmt.Fprintf(stdout, "text   %s: %d characters, %d tokens; windows of %d tokens, stride %d: %d windows\n",
-		filepath.Base(*textPath), chars, len(tokens), opts.Context, opts.Stride, len(begins))
+		text.Name, chars, len(tokens), opts.Context, opts.Stride, text.Windows)
 	m := exact
 	if patched != nil {
 		m, opts.Reference = patched, exact
-		n, shortest := windowLengths(begins, ends)
-		res.Fallbacks = layerFallbacks(patched, patched.Config().Layers, n, shortest)
+		res.Fallbacks = layerFallbacks(patched, patched.Config().Layers, text.Longest, text.Shortest)
 		printLines(stderr, res.Fallbacks)
 	}
-	prog := newProgress(stderr, len(begins), 0)
+	prog := newProgress(stderr, text.Windows, 0)
 	prog.begin("window 1")
 	opts.Progress = func(done, total int) {
 		prog.end("")

@@ -150,7 +150,7 @@ func TestPPLCommand(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"-tokenizer", f.gguf, "-text", f.text}, // a tokenizer for the embedded model
-		{"-model", f.gguf},
+		{"-model", f.gguf, "-text", f.text, "-ctx", "1"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "nosuch"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "exact:layers=5"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "linformer"},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -10,14 +9,41 @@ import (
 	"strings"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/registry"
 	"github.com/attnkit/attn/tensorio"
 )
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	mech := fs.String("mech", "exact", "mechanism: "+strings.Join(registry.Names(), ", "))
+	var mech *string
+	fs := newFlags("run", stdout, stderr, helpText{
+		synopsis: "attn run -mech NAME -q Q.npy -k K.npy -v V.npy -o O.npy [-lse L.npy] [-set name=value ...] [flags]",
+		examples: []string{
+			"attn run -mech exact -q q.npy -k k.npy -v v.npy -o o.npy -causal",
+			"attn run -mech hyper -set samples=64 -q qkv.safetensors -k qkv.safetensors -v qkv.safetensors -o o.npy",
+			"attn run -mech window -h                  # window's parameters",
+		},
+		about: `Runs one mechanism on tensors from files, so that another framework can
+check it: Q is [B,H,N,D], K and V [B,Hkv,M,D], as .npy (float32 or
+float64) or safetensors (FILE.safetensors[:NAME]; F32, F64, F16, BF16).
+O is written as float32 [B,H,N,D], L as float32 [B,H,N]. A line on
+stderr says when the mechanism ran exact attention instead of its
+approximation, and why.`,
+		more: func(w io.Writer) {
+			e, err := lookupMech(*mech)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(w, "mechanism %s: %s\n", e.Name, e.Summary)
+			if len(e.Params) == 0 {
+				fmt.Fprintln(w, "  no -set parameters")
+			}
+			for _, p := range e.Params {
+				fmt.Fprintf(w, "  -set %s=… (%s, default %s): %s\n", p.Name, p.Range(), p.DefaultText(), p.Doc)
+			}
+		},
+	})
+	mech = fs.String("mech", "exact", "mechanism: "+strings.Join(registry.Names(), ", "))
 	qPath := fs.String("q", "", "queries `FILE`[:tensor], shape [B,H,N,D] (.npy or .safetensors)")
 	kPath := fs.String("k", "", "keys `FILE`[:tensor], shape [B,Hkv,M,D]")
 	vPath := fs.String("v", "", "values `FILE`[:tensor], shape [B,Hkv,M,D]")
@@ -26,23 +52,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	causal := fs.Bool("causal", false, "bottom-right aligned causal mask")
 	scale := fs.Float64("scale", 0, "logit scale (0: 1/sqrt(D))")
 	kvlen := fs.String("kvlen", "", "valid key `LENGTHS` per batch row, comma-separated (default: all M)")
-	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	var workers int
+	fs.workersVar(&workers)
 	seed := fs.Uint64("seed", 1, "seed for randomised mechanisms")
 	var set listFlag
-	fs.Var(&set, "set", "mechanism parameter `name=value` (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn run -mech NAME -q Q.npy -k K.npy -v V.npy -o O.npy [flags]")
-		fs.PrintDefaults()
-		if e, err := lookupMech(*mech); err == nil {
-			fmt.Fprintf(stderr, "\nmechanism %s: %s\n", e.Name, e.Summary)
-			if len(e.Params) == 0 {
-				fmt.Fprintln(stderr, "  no -set parameters")
-			}
-			for _, p := range e.Params {
-				fmt.Fprintf(stderr, "  -set %s=… (%s, default %s): %s\n", p.Name, p.Range(), p.DefaultText(), p.Doc)
-			}
-		}
-	}
+	fs.Var(&set, "set", "mechanism parameter `name=value` (or MECH:name=value; repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -55,7 +69,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	p, err := registry.ParseSettings(set)
+	sets, err := experiment.ParseSettings(set)
+	if err != nil {
+		return err
+	}
+	if err := sets.Check([]string{*mech}, experiment.Lookup(lookupMech)); err != nil {
+		return err
+	}
+	p, err := registry.ParseSettings(sets.For(e, nil))
 	if err != nil {
 		return err
 	}
@@ -79,12 +100,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	o := attn.Options{Scale: float32(*scale), Causal: *causal, Workers: *workers}
+	o := attn.Options{Scale: float32(*scale), Causal: *causal, Workers: workers}
 	if *scale != 0 && (float64(o.Scale) == 0 || math.IsInf(float64(o.Scale), 0)) {
 		return fmt.Errorf("-scale %v does not fit in float32", *scale)
 	}
 	if *kvlen != "" {
-		if o.KVLen, err = registry.ParseInts("-kvlen", *kvlen, 0, s.M); err != nil {
+		if o.KVLen, err = parseInts("kvlen", *kvlen, 0, s.M, false); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -43,8 +42,7 @@ func readTextFile(path string) (string, error) {
 }
 
 func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attn train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("train", stdout, stderr, trainHelp)
 	var texts listFlag
 	fs.Var(&texts, "text", "training text `FILES` (comma-separated or repeated; .gz is read gunzipped)")
 	val := fs.String("val", "", "validation text `FILE`: its loss is printed every -eval steps")
@@ -55,7 +53,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ckpt := fs.String("checkpoint", "", "save a checkpoint (weights, Adam state, step) to `FILE` every -save steps and at the end")
 	saveEvery := fs.Int("save", 200, "steps between checkpoints")
 	evalEvery := fs.Int("eval", 100, "steps between validation losses")
-	workers := fs.Int("workers", 0, "goroutines (0: GOMAXPROCS)")
+	workers := fs.workers()
 	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF; \"austen\": the embedded model) instead of new ones; -ctx sets its context, the size flags are ignored")
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
@@ -64,7 +62,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
 	var tc model.TrainConfig
-	vocab := fs.Int("vocab", 4096, "pieces of the vocabulary learnt from the text (a multiple of 16)")
+	vocab := fs.Int("vocab", 4096, "pieces of the vocabulary learnt from the text")
 	fs.IntVar(&c.Dim, "dim", 256, "width of the residual stream")
 	fs.IntVar(&c.Hidden, "hidden", 688, "width of the SwiGLU MLP")
 	fs.IntVar(&c.Layers, "layers", 4, "decoder blocks")
@@ -81,13 +79,6 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&tc.WeightDecay, "wd", 0.1, "AdamW weight decay of the matrices (negative: none)")
 	fs.Float64Var(&tc.Clip, "clip", 1, "global gradient-norm bound (negative: none)")
 	fs.Uint64Var(&tc.Seed, "seed", 1, "seed of the initial weights and of the training windows")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: attn train -text FILES [-val FILE] [-ctx N] [-attn NAME[:params]] [-steps N] [-o FILE] [flags]")
-		fmt.Fprintln(stderr, "\nTrains a llama-style model (GQA, RoPE, SwiGLU, RMSNorm) and its tokenizer on plain text, in")
-		fmt.Fprintln(stderr, "pure Go: SentencePiece-style BPE vocabulary, then AdamW with warm-up, cosine decay and")
-		fmt.Fprintln(stderr, "gradient clipping. The model and checkpoints are GGUF files that every command reads.")
-		fs.PrintDefaults()
-	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -222,6 +213,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var tokens []int
 	for _, s := range corpus {
 		tokens = append(tokens, tok.Encode(s, true)...)
+	}
+	if err := checkTrain(tc, c, len(tokens), corpus, *val); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "tokens %d (%.3f per character)\n", len(tokens), float64(len(tokens))/float64(chars))
 	fmt.Fprintf(stdout, "model  %d parameters: dim %d, hidden %d, %d layers, %d/%d heads, vocab %d, context %d, attention %s\n",
