@@ -36,7 +36,11 @@ phase() { # name, then the phase's flags
 START=${START:-$W/a0.gguf}
 # A: the retrieval task at 512 tokens, its answers weighted 20.
 phase a -init "$START" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
+# A2: 800 more steps at 512 tokens: at the end of A the answer's digits
+# cost about 1 nat each (2.3 at chance), so the copy was being learnt,
+# but greedy answers were still wrong.
+phase a2 -init "$W/a.gguf" -ctx 512 -batch 8 -steps 800 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
 # B: 2k tokens.
-phase b -init "$W/a.gguf" -ctx 2048 -batch 2 -steps 300 -warmup 10 -lr 5e-4 -min-lr 5e-5 -answer-weight 10
+phase b -init "$W/a2.gguf" -ctx 2048 -batch 2 -steps 200 -warmup 10 -lr 5e-4 -min-lr 5e-5 -answer-weight 10
 # C: 8k tokens.
-phase c -init "$W/b.gguf" -ctx 8192 -batch 1 -steps 300 -warmup 10 -lr 3e-4 -min-lr 3e-5 -answer-weight 10
+phase c -init "$W/b.gguf" -ctx 8192 -batch 1 -steps 150 -warmup 10 -lr 3e-4 -min-lr 3e-5 -answer-weight 10
