@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/attnkit/attn"
 )
@@ -14,8 +16,15 @@ import (
 // disagree, non-finite weights.
 var ErrFormat = errors.New("model: malformed model")
 
-// Config is the architecture of a llama-style decoder.
+// Config is the architecture of a llama-style decoder: one of the GGUF
+// architectures llama (Llama 1 to 3, TinyLlama, SmolLM), mistral and qwen2,
+// which differ only in the switches below.
 type Config struct {
+	// Arch is the GGUF architecture: "" (what ReadGGUF returns) or
+	// "llama", "mistral" or "qwen2". It names the metadata keys of the
+	// file and fixes the rotary style and the biases the architecture
+	// has.
+	Arch    string
 	Dim     int // width of the residual stream
 	Hidden  int // width of the SwiGLU MLP
 	Layers  int // decoder blocks
@@ -37,6 +46,54 @@ type Config struct {
 	// is softmax attention. Models run every layer with it unless a
 	// patch says otherwise. GGUF files carry it as attn.attention.
 	Attention string
+	// RopeNeoX turns the rotary embedding's pairs (i, i+HeadDim/2), the
+	// halves of each head, instead of the interleaved (2i, 2i+1): GPT-NeoX
+	// style, which qwen2 uses (WithDefaults sets it there) and llama and
+	// mistral do not, their GGUF weights being permuted for the
+	// interleaved style.
+	RopeNeoX bool
+	// RopeScale is linear rope scaling (position interpolation): positions
+	// are divided by it before the rotary embedding, as ggml's freq_scale
+	// = 1/RopeScale; 0 means none. Per-frequency factors (Llama 3.1's
+	// rope_freqs) are Weights.RopeFreqs.
+	RopeScale float32
+	// QKVBias says that the query, key and value projections add a bias
+	// (Layer.Bq, Bk, Bv): qwen2 always (WithDefaults sets it there), llama
+	// when its file has them.
+	QKVBias bool
+	// SlidingWindow, when positive, limits every query to itself and the
+	// SlidingWindow-1 positions before it, as Mistral's sliding-window
+	// attention does; the layers then run the window mechanism
+	// (window:left=SlidingWindow-1) as their own attention.
+	SlidingWindow int
+}
+
+// Archs are the GGUF architectures this package runs.
+var Archs = []string{"llama", "mistral", "qwen2"}
+
+// arch is the architecture's GGUF name.
+func (c Config) arch() string {
+	if c.Arch == "" {
+		return "llama"
+	}
+	return c.Arch
+}
+
+// ropeScale is RopeScale with 0 as 1.
+func (c Config) ropeScale() float32 {
+	if c.RopeScale == 0 {
+		return 1
+	}
+	return c.RopeScale
+}
+
+// ownAttention is the attention every layer runs unless a patch says
+// otherwise, as a patch spec: Attention, or the sliding window.
+func (c Config) ownAttention() string {
+	if c.SlidingWindow > 0 {
+		return fmt.Sprintf("window:left=%d", c.SlidingWindow-1)
+	}
+	return c.Attention
 }
 
 // Limits on a Config, far above any model a CPU runs, to keep every size
@@ -46,10 +103,14 @@ const (
 	maxLayers = 1 << 12
 	maxVocab  = 1 << 24
 	maxParams = 1 << 36
+	maxWindow = 1 << 30
 )
 
 // WithDefaults returns c with zero fields that have defaults filled in.
 func (c Config) WithDefaults() Config {
+	if c.Arch == "qwen2" {
+		c.RopeNeoX, c.QKVBias = true, true
+	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
 	}
@@ -86,6 +147,19 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: %s = %d, want 1 to %d", ErrFormat, f.name, f.v, f.max)
 		}
 	}
+	if !slices.Contains(Archs, c.arch()) {
+		return fmt.Errorf("%w: architecture %q (this package runs %s)", attn.ErrUnsupported, c.Arch, strings.Join(Archs, ", "))
+	}
+	switch {
+	case c.RopeNeoX && c.Arch != "qwen2":
+		return fmt.Errorf("%w: NeoX-style rotary embedding in architecture %s, whose rotary style is interleaved", ErrFormat, c.arch())
+	case !(c.RopeScale >= 0) || math.IsInf(float64(c.RopeScale), 0):
+		return fmt.Errorf("%w: RopeScale = %v, want 0 (none) or a finite value > 0", ErrFormat, c.RopeScale)
+	case c.SlidingWindow < 0 || c.SlidingWindow > maxWindow:
+		return fmt.Errorf("%w: SlidingWindow = %d, want 0 to %d", ErrFormat, c.SlidingWindow, maxWindow)
+	case c.SlidingWindow > 0 && c.Attention != "" && c.Attention != "exact":
+		return fmt.Errorf("%w: a sliding window of %d and the attention %q: one rule per layer", ErrFormat, c.SlidingWindow, c.Attention)
+	}
 	switch {
 	case c.SeqLen < 0:
 		return fmt.Errorf("%w: SeqLen = %d, want >= 0", ErrFormat, c.SeqLen)
@@ -110,6 +184,9 @@ func (c Config) Validate() error {
 func (c Config) params() int {
 	kv := c.KVHeads * c.HeadDim()
 	perLayer := 2*c.Dim + 2*c.Dim*c.Dim + 2*kv*c.Dim + 3*c.Dim*c.Hidden
+	if c.QKVBias {
+		perLayer += c.Dim + 2*kv
+	}
 	n := c.Vocab*c.Dim + c.Layers*perLayer + c.Dim
 	if !c.TiedOutput {
 		n += c.Vocab * c.Dim
@@ -129,6 +206,10 @@ type Layer struct {
 	W1       []float32 // [Hidden][Dim] gate (silu)
 	W2       []float32 // [Dim][Hidden] down
 	W3       []float32 // [Hidden][Dim] up
+	// Biases of the projections, when Config.QKVBias (nil otherwise).
+	Bq []float32 // [Dim]
+	Bk []float32 // [KVDim]
+	Bv []float32 // [KVDim]
 }
 
 // Weights are a model's parameters, one plain []float32 per tensor, so
@@ -139,6 +220,12 @@ type Weights struct {
 	Layers []Layer
 	Norm   []float32 // [Dim] final RMSNorm
 	Output []float32 // [Vocab][Dim] output layer; nil when Config.TiedOutput
+	// RopeFreqs, when not nil, are per-frequency divisors of the rotary
+	// embedding, [HeadDim/2]: frequency i turns by pos·base^(-2i/HeadDim)
+	// / RopeFreqs[i] (then / Config.RopeScale), as ggml applies the
+	// rope_freqs.weight tensor of Llama 3.1 and later. They are fixed,
+	// not trained, so Tensors does not list them.
+	RopeFreqs []float32
 }
 
 // Tensor names one tensor of a model with its shape, outermost first.
@@ -162,6 +249,15 @@ func (w *Weights) Tensors() []Tensor {
 			Tensor{p + "attn_q.weight", []int{c.Dim, c.Dim}, &L.Wq},
 			Tensor{p + "attn_k.weight", []int{kv, c.Dim}, &L.Wk},
 			Tensor{p + "attn_v.weight", []int{kv, c.Dim}, &L.Wv},
+		)
+		if c.QKVBias {
+			ts = append(ts,
+				Tensor{p + "attn_q.bias", []int{c.Dim}, &L.Bq},
+				Tensor{p + "attn_k.bias", []int{kv}, &L.Bk},
+				Tensor{p + "attn_v.bias", []int{kv}, &L.Bv},
+			)
+		}
+		ts = append(ts,
 			Tensor{p + "attn_output.weight", []int{c.Dim, c.Dim}, &L.Wo},
 			Tensor{p + "ffn_norm.weight", []int{c.Dim}, &L.MLPNorm},
 			Tensor{p + "ffn_gate.weight", []int{c.Hidden, c.Dim}, &L.W1},
@@ -200,7 +296,8 @@ func NewWeights(cfg Config) (*Weights, error) {
 // for tests and benchmarks: a PCG generator seeded (seed, 0) fills the
 // tensors in the order of Tensors with NormFloat64 draws, each matrix
 // scaled by 1/sqrt(its columns) (Dim for the embedding, so that tied
-// logits have a spread of about 1), and norm weights set to 1 + 0.1·N(0,1). The same seed gives the same weights.
+// logits have a spread of about 1), norm weights set to 1 + 0.1·N(0,1)
+// and biases to 0.1·N(0,1). The same seed gives the same weights.
 func RandomWeights(cfg Config, seed uint64) (*Weights, error) {
 	w, err := NewWeights(cfg)
 	if err != nil {
@@ -210,6 +307,10 @@ func RandomWeights(cfg Config, seed uint64) (*Weights, error) {
 	for _, t := range w.Tensors() {
 		d := *t.Data
 		switch {
+		case strings.HasSuffix(t.Name, ".bias"):
+			for i := range d {
+				d[i] = float32(0.1 * rng.NormFloat64())
+			}
 		case len(t.Shape) == 1:
 			for i := range d {
 				d[i] = float32(1 + 0.1*rng.NormFloat64())
@@ -233,8 +334,24 @@ func (w *Weights) Validate() error {
 	if len(w.Layers) != w.Config.Layers {
 		return fmt.Errorf("%w: %d layers of weights for Config.Layers = %d", ErrFormat, len(w.Layers), w.Config.Layers)
 	}
-	if w.Config.TiedOutput && w.Output != nil {
+	c := w.Config.WithDefaults()
+	if c.TiedOutput && w.Output != nil {
 		return fmt.Errorf("%w: Output set although Config.TiedOutput", ErrFormat)
+	}
+	if f := w.RopeFreqs; f != nil {
+		if len(f) != c.HeadDim()/2 {
+			return fmt.Errorf("%w: %d rope frequency factors for a head size of %d, want %d", ErrFormat, len(f), c.HeadDim(), c.HeadDim()/2)
+		}
+		for i, x := range f {
+			if !(x > 0) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%w: rope frequency factor %d is %v, want a finite value > 0", ErrFormat, i, x)
+			}
+		}
+	}
+	for l, L := range w.Layers {
+		if !c.QKVBias && (L.Bq != nil || L.Bk != nil || L.Bv != nil) {
+			return fmt.Errorf("%w: layer %d has projection biases although not Config.QKVBias", ErrFormat, l)
+		}
 	}
 	for _, t := range w.Tensors() {
 		d := *t.Data
@@ -248,6 +365,31 @@ func (w *Weights) Validate() error {
 		}
 	}
 	return nil
+}
+
+// plainLlama returns nil when w is the architecture the backward pass
+// (grad.go) differentiates: interleaved rotary embedding without scaling
+// or frequency factors, no projection biases, no sliding window. Anything
+// else wraps attn.ErrUnsupported and names the first feature it lacks, so
+// that a trainer can refuse weights it would train wrongly.
+func (w *Weights) plainLlama() error {
+	c := w.Config.WithDefaults()
+	var what string
+	switch {
+	case c.RopeNeoX:
+		what = "NeoX-style rotary embedding"
+	case c.ropeScale() != 1:
+		what = fmt.Sprintf("rope scaling by %v", c.RopeScale)
+	case w.RopeFreqs != nil:
+		what = "rope frequency factors"
+	case c.QKVBias:
+		what = "projection biases"
+	case c.SlidingWindow > 0:
+		what = "a sliding window"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: training a %s model with %s", attn.ErrUnsupported, c.arch(), what)
 }
 
 // Params returns the number of weights.

@@ -13,7 +13,8 @@ import (
 	"github.com/attnkit/attn/model/tokenizer"
 )
 
-// GGUF metadata keys of the llama architecture.
+// GGUF metadata keys of the llama architecture; other architectures' keys
+// are these with their own prefix (archKey).
 const (
 	keyArch        = "general.architecture"
 	keyContext     = "llama.context_length"
@@ -26,6 +27,13 @@ const (
 	keyEps         = "llama.attention.layer_norm_rms_epsilon"
 	keyRopeBase    = "llama.rope.freq_base"
 	keyVocabSize   = "llama.vocab_size"
+	keyRopeScaling = "llama.rope.scaling.type"
+	keyRopeFactor  = "llama.rope.scaling.factor"
+	keyRopeLinear  = "llama.rope.scale_linear" // the factor's older name
+	keyWindow      = "llama.attention.sliding_window"
+	keyExperts     = "llama.expert_count"
+	keyKeyLen      = "llama.attention.key_length"
+	keyValueLen    = "llama.attention.value_length"
 	keyTokModel    = "tokenizer.ggml.model"
 	keyTokens      = "tokenizer.ggml.tokens"
 	keyScores      = "tokenizer.ggml.scores"
@@ -37,19 +45,34 @@ const (
 	// keyAttention names the attention a model was trained with when it
 	// is not softmax attention (Config.Attention); attn's own key.
 	keyAttention = "attn.attention"
+	// tensorRopeFreqs holds Weights.RopeFreqs.
+	tensorRopeFreqs = "rope_freqs.weight"
 )
 
-// ReadGGUF reads a llama-architecture GGUF file: the weights and, when the
-// file holds one, the tokenizer (nil otherwise). The weights may be F32,
-// F16, BF16 or any quantised type package gguf decodes (Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS); they are dequantised to
+// archKey is a llama.* key for architecture arch.
+func archKey(arch, key string) string {
+	return arch + strings.TrimPrefix(key, "llama")
+}
+
+// ReadGGUF reads a GGUF file of architecture llama, mistral or qwen2: the
+// weights and, when the file holds one, the tokenizer (nil otherwise). The
+// architecture's metadata sets the Config: sizes, context length, rope
+// base, linear rope scaling (rope.scaling.type "linear" and
+// rope.scaling.factor), the sliding window (attention.sliding_window) and
+// RMSNorm's epsilon; qwen2 adds projection biases and NeoX-style rotary
+// embedding, llama may have the biases too, and a rope_freqs.weight tensor
+// (Llama 3.1 and later) gives Weights.RopeFreqs. A file without
+// output.weight ties the output to token_embd.weight. The weights may be
+// F32, F16, BF16 or any quantised type package gguf decodes (Q4_0, Q4_1,
+// Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL, IQ4_XS); they are dequantised to
 // float32 once, as ggml does, at load, so the model takes 4 bytes per
 // weight in memory whatever the file's type. Other architectures,
-// mixtures of experts, rope scaling, partial rotary embeddings and tensor
-// types gguf does not decode are errors wrapping attn.ErrUnsupported;
-// missing or misshapen
-// tensors, tensors the architecture does not have and non-finite weights
-// wrap ErrFormat (or gguf.ErrFormat for a malformed container).
+// mixtures of experts, other rope scalings (YaRN, LongRoPE), partial
+// rotary embeddings, head sizes other than the width over the heads and
+// tensor types gguf does not decode are errors wrapping
+// attn.ErrUnsupported; missing or misshapen tensors, tensors the
+// architecture does not have and non-finite weights wrap ErrFormat (or
+// gguf.ErrFormat for a malformed container), naming the tensor or key.
 func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error) {
 	f, err := gguf.Read(r, size)
 	if err != nil {
@@ -64,33 +87,34 @@ func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if arch != "llama" {
-		return nil, nil, fmt.Errorf("%w: architecture %q (this package runs llama)", attn.ErrUnsupported, arch)
+	if !slices.Contains(Archs, arch) {
+		return nil, nil, fmt.Errorf("%w: architecture %q (this package runs %s)", attn.ErrUnsupported, clipName(arch), strings.Join(Archs, ", "))
 	}
-	cfg, err := ggufConfig(f)
+	cfg, err := ggufConfig(f, arch)
 	if err != nil {
 		return nil, nil, err
 	}
 	w := &Weights{Config: cfg, Layers: make([]Layer, cfg.Layers)}
+	ts := w.Tensors()
+	if _, ok := f.Tensor(tensorRopeFreqs); ok {
+		ts = append(ts, Tensor{tensorRopeFreqs, []int{cfg.HeadDim() / 2}, &w.RopeFreqs})
+	}
 	want := map[string]bool{}
-	for _, t := range w.Tensors() {
+	for _, t := range ts {
 		want[t.Name] = true
 	}
 	for _, t := range f.Tensors {
 		if !want[t.Name] && !strings.HasPrefix(t.Name, trainPrefix) {
-			if t.Name == "rope_freqs.weight" {
-				return nil, nil, fmt.Errorf("%w: rope frequency factors (rope_freqs.weight, Llama 3.1 scaling)", attn.ErrUnsupported)
-			}
-			return nil, nil, fmt.Errorf("%w: tensor %s is not part of a llama model", ErrFormat, t.Name)
+			return nil, nil, fmt.Errorf("%w: tensor %s is not part of a %s model%s", ErrFormat, t.Name, arch, extraHint(t.Name, cfg))
 		}
 	}
-	for _, t := range w.Tensors() {
+	for _, t := range ts {
 		info, ok := f.Tensor(t.Name)
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: no tensor %s", ErrFormat, t.Name)
+			return nil, nil, fmt.Errorf("%w: no tensor %s (a %s model of %d layers has %d tensors)", ErrFormat, t.Name, arch, cfg.Layers, len(ts))
 		}
 		if !slices.Equal(info.Dims, ggufDims(t.Shape)) {
-			return nil, nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v for %+v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape), cfg)
+			return nil, nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape))
 		}
 		data, err := f.ReadTensor(t.Name)
 		if err != nil {
@@ -108,6 +132,22 @@ func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 	return w, tok, nil
 }
 
+// extraHint says why a tensor a model does not expect may be there.
+func extraHint(name string, c Config) string {
+	if strings.HasSuffix(name, ".bias") && !c.QKVBias {
+		return " (projection biases are read when blk.0.attn_q.bias is present; other biases are not supported)"
+	}
+	return ""
+}
+
+// clipName shortens a string from a file for an error message.
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
 // ggufDims is a row-major shape as GGUF dimensions, innermost first.
 func ggufDims(shape []int) []uint64 {
 	d := make([]uint64, len(shape))
@@ -117,27 +157,33 @@ func ggufDims(shape []int) []uint64 {
 	return d
 }
 
-func ggufConfig(f *gguf.File) (Config, error) {
-	var c Config
-	geti := func(key string, dst *int, required bool) error {
-		u, err := f.Uint(key)
+func ggufConfig(f *gguf.File, arch string) (Config, error) {
+	c := Config{}
+	if arch != "llama" {
+		c.Arch = arch
+	}
+	key := func(k string) string { return archKey(arch, k) }
+	geti := func(k string, dst *int, required bool) error {
+		k = key(k)
+		u, err := f.Uint(k)
 		if err != nil {
-			if _, ok := f.Value(key); !ok && !required {
+			if _, ok := f.Value(k); !ok && !required {
 				return nil
 			}
 			return err
 		}
 		if u > math.MaxInt32 {
-			return fmt.Errorf("%w: %s = %d is too large", ErrFormat, key, u)
+			return fmt.Errorf("%w: %s = %d is too large", ErrFormat, k, u)
 		}
 		*dst = int(u)
 		return nil
 	}
-	getf := func(key string, dst *float32) error {
-		if _, ok := f.Value(key); !ok {
+	getf := func(k string, dst *float32) error {
+		k = key(k)
+		if _, ok := f.Value(k); !ok {
 			return nil
 		}
-		x, err := f.Float(key)
+		x, err := f.Float(k)
 		if err != nil {
 			return err
 		}
@@ -145,22 +191,45 @@ func ggufConfig(f *gguf.File) (Config, error) {
 		return nil
 	}
 	var ropeDim, vocab, experts, keyLen, valLen int
+	var factor, linear float32
 	errs := []error{
 		geti(keyDim, &c.Dim, true), geti(keyHidden, &c.Hidden, true), geti(keyLayers, &c.Layers, true),
 		geti(keyHeads, &c.Heads, true), geti(keyKVHeads, &c.KVHeads, false), geti(keyContext, &c.SeqLen, false),
 		geti(keyRopeDim, &ropeDim, false), geti(keyVocabSize, &vocab, false),
-		geti("llama.expert_count", &experts, false),
-		geti("llama.attention.key_length", &keyLen, false), geti("llama.attention.value_length", &valLen, false),
+		geti(keyExperts, &experts, false),
+		geti(keyKeyLen, &keyLen, false), geti(keyValueLen, &valLen, false),
+		geti(keyWindow, &c.SlidingWindow, false),
 		getf(keyRopeBase, &c.RopeBase), getf(keyEps, &c.NormEps),
+		getf(keyRopeFactor, &factor), getf(keyRopeLinear, &linear),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
 	if experts > 0 {
-		return c, fmt.Errorf("%w: a mixture of %d experts", attn.ErrUnsupported, experts)
+		return c, fmt.Errorf("%w: a mixture of %d experts (%s)", attn.ErrUnsupported, experts, key(keyExperts))
 	}
-	if s, err := f.String("llama.rope.scaling.type"); err == nil && s != "none" && s != "" {
-		return c, fmt.Errorf("%w: rope scaling %q", attn.ErrUnsupported, s)
+	// As llama.cpp: the scaling type defaults to linear, whose factor is
+	// rope.scaling.factor or the older rope.scale_linear; "none" ignores
+	// the factor.
+	scaling := "linear"
+	if _, ok := f.Value(key(keyRopeScaling)); ok {
+		s, err := f.String(key(keyRopeScaling))
+		if err != nil {
+			return c, err
+		}
+		scaling = s
+	}
+	if factor == 0 {
+		factor = linear
+	}
+	switch scaling {
+	case "none", "":
+	case "linear":
+		if factor != 0 && factor != 1 {
+			c.RopeScale = factor
+		}
+	default:
+		return c, fmt.Errorf("%w: rope scaling %q (%s; this package reads none and linear)", attn.ErrUnsupported, clipName(scaling), key(keyRopeScaling))
 	}
 	// The vocabulary size is the embedding's row count.
 	emb, ok := f.Tensor("token_embd.weight")
@@ -169,7 +238,7 @@ func ggufConfig(f *gguf.File) (Config, error) {
 	}
 	c.Vocab = int(emb.Dims[1])
 	if vocab != 0 && vocab != c.Vocab {
-		return c, fmt.Errorf("%w: %s = %d but token_embd.weight has %d rows", ErrFormat, keyVocabSize, vocab, c.Vocab)
+		return c, fmt.Errorf("%w: %s = %d but token_embd.weight has %d rows", ErrFormat, key(keyVocabSize), vocab, c.Vocab)
 	}
 	if _, ok := f.Value(keyAttention); ok {
 		a, err := f.String(keyAttention)
@@ -180,15 +249,20 @@ func ggufConfig(f *gguf.File) (Config, error) {
 	}
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedOutput = !hasOut
+	// qwen2 always has the biases (WithDefaults); llama-style files may.
+	_, hasBias := f.Tensor("blk.0.attn_q.bias")
+	c.QKVBias = hasBias
+	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
 	for _, x := range []struct {
 		key string
 		v   int
-	}{{keyRopeDim, ropeDim}, {"llama.attention.key_length", keyLen}, {"llama.attention.value_length", valLen}} {
+	}{{keyRopeDim, ropeDim}, {keyKeyLen, keyLen}, {keyValueLen, valLen}} {
 		if x.v != 0 && x.v != c.HeadDim() {
-			return c, fmt.Errorf("%w: %s = %d differs from the head size %d", attn.ErrUnsupported, x.key, x.v, c.HeadDim())
+			return c, fmt.Errorf("%w: %s = %d differs from the head size %d = %s / %s", attn.ErrUnsupported,
+				key(x.key), x.v, c.HeadDim(), key(keyDim), key(keyHeads))
 		}
 	}
 	return c, nil
@@ -259,11 +333,12 @@ func ggufTokenizer(f *gguf.File, vocab int) (*tokenizer.Tokenizer, error) {
 	return tok, nil
 }
 
-// WriteGGUF writes w, and tok when not nil, as a llama-architecture GGUF
-// file that ReadGGUF (and llama.cpp) read. Matrices are stored as typ (F32,
-// F16, BF16 or Q8_0); norm weights are always F32, as llama.cpp stores
-// them, and so is a Q8_0 matrix whose rows are not a multiple of 32.
-// name goes to general.name.
+// WriteGGUF writes w, and tok when not nil, as a GGUF file of w's
+// architecture (Config.Arch) that ReadGGUF (and llama.cpp) read. Matrices
+// are stored as typ (F32, F16, BF16 or Q8_0); norm weights, biases and
+// rope frequency factors are always F32, as llama.cpp stores them, and so
+// is a Q8_0 matrix whose rows are not a multiple of 32. name goes to
+// general.name.
 func WriteGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.TensorType, name string) error {
 	return writeGGUF(out, w, tok, typ, name, nil, nil)
 }
@@ -277,19 +352,26 @@ func writeGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.Ten
 		return fmt.Errorf("%w: gguf tensor type %v (want F32, F16, BF16 or Q8_0)", attn.ErrUnsupported, typ)
 	}
 	c := w.Config.WithDefaults()
+	key := func(k string) string { return archKey(c.arch(), k) }
 	kv := []gguf.KV{
-		{Key: keyArch, Value: "llama"},
+		{Key: keyArch, Value: c.arch()},
 		{Key: "general.name", Value: name},
-		{Key: keyContext, Value: uint32(c.SeqLen)},
-		{Key: keyDim, Value: uint32(c.Dim)},
-		{Key: keyLayers, Value: uint32(c.Layers)},
-		{Key: keyHidden, Value: uint32(c.Hidden)},
-		{Key: keyRopeDim, Value: uint32(c.HeadDim())},
-		{Key: keyHeads, Value: uint32(c.Heads)},
-		{Key: keyKVHeads, Value: uint32(c.KVHeads)},
-		{Key: keyEps, Value: c.NormEps},
-		{Key: keyRopeBase, Value: c.RopeBase},
-		{Key: keyVocabSize, Value: uint32(c.Vocab)},
+		{Key: key(keyContext), Value: uint32(c.SeqLen)},
+		{Key: key(keyDim), Value: uint32(c.Dim)},
+		{Key: key(keyLayers), Value: uint32(c.Layers)},
+		{Key: key(keyHidden), Value: uint32(c.Hidden)},
+		{Key: key(keyRopeDim), Value: uint32(c.HeadDim())},
+		{Key: key(keyHeads), Value: uint32(c.Heads)},
+		{Key: key(keyKVHeads), Value: uint32(c.KVHeads)},
+		{Key: key(keyEps), Value: c.NormEps},
+		{Key: key(keyRopeBase), Value: c.RopeBase},
+		{Key: key(keyVocabSize), Value: uint32(c.Vocab)},
+	}
+	if c.ropeScale() != 1 {
+		kv = append(kv, gguf.KV{Key: key(keyRopeScaling), Value: "linear"}, gguf.KV{Key: key(keyRopeFactor), Value: c.RopeScale})
+	}
+	if c.SlidingWindow > 0 {
+		kv = append(kv, gguf.KV{Key: key(keyWindow), Value: uint32(c.SlidingWindow)})
 	}
 	if c.Attention != "" && c.Attention != "exact" {
 		kv = append(kv, gguf.KV{Key: keyAttention, Value: c.Attention})
@@ -325,6 +407,9 @@ func writeGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.Ten
 			tt = gguf.F32
 		}
 		ts = append(ts, gguf.Tensor{Name: t.Name, Dims: ggufDims(t.Shape), Type: tt, Data: *t.Data})
+	}
+	if w.RopeFreqs != nil {
+		ts = append(ts, gguf.Tensor{Name: tensorRopeFreqs, Dims: []uint64{uint64(len(w.RopeFreqs))}, Type: gguf.F32, Data: w.RopeFreqs})
 	}
 	return gguf.Write(out, append(kv, meta...), append(ts, extra...))
 }

@@ -294,9 +294,12 @@ func TestReadGGUFErrors(t *testing.T) {
 		"extra tensor": {func(kv []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
 			return kv, append(ts, gguf.Tensor{Name: "blk.0.attn_q.bias", Dims: []uint64{48}, Type: gguf.F32, Data: make([]float32, 48)})
 		}, ErrFormat},
-		"rope freqs": {func(kv []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+		"rope freqs zero": {func(kv []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
 			return kv, append(ts, gguf.Tensor{Name: "rope_freqs.weight", Dims: []uint64{12}, Type: gguf.F32, Data: make([]float32, 12)})
-		}, attn.ErrUnsupported},
+		}, ErrFormat},
+		"rope freqs length": {func(kv []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
+			return kv, append(ts, gguf.Tensor{Name: "rope_freqs.weight", Dims: []uint64{11}, Type: gguf.F32, Data: make([]float32, 11)})
+		}, ErrFormat},
 		"shape": {func(kv []gguf.KV, ts []gguf.Tensor) ([]gguf.KV, []gguf.Tensor) {
 			ts[3].Dims = []uint64{ts[3].Dims[1], ts[3].Dims[0]}
 			return kv, ts

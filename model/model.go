@@ -43,6 +43,7 @@ type Model struct {
 	mechs   []attn.Mechanism // per layer
 	patched []bool           // per layer: a mechanism other than exact
 	labels  []string         // per layer: "exact" or the patch spec
+	freqs   []float64        // the rotary embedding's angular frequencies
 }
 
 // New returns a model that runs w with options o. It validates w (shapes
@@ -70,6 +71,7 @@ func New(w *Weights, o Options) (*Model, error) {
 		mechs:   make([]attn.Mechanism, cfg.Layers),
 		patched: make([]bool, cfg.Layers),
 		labels:  make([]string, cfg.Layers),
+		freqs:   ropeFreqs(cfg.HeadDim(), cfg.RopeBase, w.RopeFreqs, cfg.ropeScale()),
 	}
 	if m.workers == 0 {
 		m.workers = runtime.GOMAXPROCS(0)
@@ -81,7 +83,7 @@ func New(w *Weights, o Options) (*Model, error) {
 		}
 		m.mechs[l], m.labels[l] = mech, "exact"
 	}
-	if a := cfg.Attention; a != "" && a != "exact" {
+	if a := cfg.ownAttention(); a != "" && a != "exact" {
 		// The model's own attention: every layer a patch does not name.
 		ps, err := ParsePatch(a)
 		if err != nil || len(ps) != 1 || ps[0].Layers != nil {
@@ -230,7 +232,7 @@ func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc
 			x[i*ld+t] = e
 		}
 	}
-	cos, sin := ropeTableT(pos0, n, ld, hd, c.RopeBase)
+	cos, sin := rotaryTableT(pos0, n, ld, m.freqs)
 	s := attn.Shape{B: 1, H: c.Heads, HKV: c.KVHeads, N: n, M: n, D: hd}
 	w := m.workers
 	for l := range m.w.Layers {
@@ -244,8 +246,13 @@ func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc
 				return err
 			}
 		}
-		ropeT(q, cos, sin, ld, c.Heads, hd)
-		ropeT(k, cos, sin, ld, c.KVHeads, hd)
+		if c.QKVBias {
+			addBiasT(q, L.Bq, n, ld)
+			addBiasT(k, L.Bk, n, ld)
+			addBiasT(v, L.Bv, n, ld)
+		}
+		ropePairsT(q, cos, sin, ld, c.Heads, hd, c.RopeNeoX)
+		ropePairsT(k, cos, sin, ld, c.KVHeads, hd, c.RopeNeoX)
 		headsFromT(qh, q, n, ld, c.Heads, hd)
 		headsFromT(kh, k, n, ld, c.KVHeads, hd)
 		headsFromT(vh, v, n, ld, c.KVHeads, hd)

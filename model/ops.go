@@ -198,10 +198,33 @@ func rmsNormT(dst, x, g []float32, ld int, eps float32, ss []float32) {
 
 // ropeTableT is ropeTable laid out [d/2][ld] for the columns of a pass.
 func ropeTableT(pos0, n, ld, d int, base float32) (cos, sin []float32) {
-	h := d / 2
+	return rotaryTableT(pos0, n, ld, ropeFreqs(d, base, nil, 1))
+}
+
+// ropeFreqs returns the angular frequencies of the rotary embedding of a
+// head of size d, in float64: base^(-2i/d) / ff[i] / scale, ff being the
+// per-frequency divisors (nil: none) and scale linear position
+// interpolation, as ggml's rope with freq_factors and freq_scale.
+func ropeFreqs(d int, base float32, ff []float32, scale float32) []float64 {
+	f := make([]float64, d/2)
+	for i := range f {
+		f[i] = math.Pow(float64(base), -float64(2*i)/float64(d))
+		if ff != nil {
+			f[i] /= float64(ff[i])
+		}
+		if scale != 1 {
+			f[i] /= float64(scale)
+		}
+	}
+	return f
+}
+
+// rotaryTableT returns cos and sin of pos·freqs[i] for positions
+// [pos0, pos0+n), [len(freqs)][ld], angles computed in float64.
+func rotaryTableT(pos0, n, ld int, freqs []float64) (cos, sin []float32) {
+	h := len(freqs)
 	cos, sin = make([]float32, h*ld), make([]float32, h*ld)
-	for i := range h {
-		f := math.Pow(float64(base), -float64(2*i)/float64(d))
+	for i, f := range freqs {
 		for t := range n {
 			s, c := math.Sincos(float64(pos0+t) * f)
 			cos[i*ld+t], sin[i*ld+t] = float32(c), float32(s)
@@ -213,17 +236,37 @@ func ropeTableT(pos0, n, ld, d int, base float32) (cos, sin []float32) {
 // ropeT is rope on x [heads·d][ld], turning the row pairs (2i, 2i+1) of
 // every head.
 func ropeT(x, cos, sin []float32, ld, heads, d int) {
+	ropePairsT(x, cos, sin, ld, heads, d, false)
+}
+
+// ropePairsT turns, by the angles of frequency i, the row pairs (2i, 2i+1)
+// of every head of x [heads·d][ld], or (i, i+d/2) when neox.
+func ropePairsT(x, cos, sin []float32, ld, heads, d int, neox bool) {
 	h := d / 2
 	for hd := range heads {
 		for i := range h {
-			a := x[(hd*d+2*i)*ld:][:ld]
-			b := x[(hd*d+2*i+1)*ld:][:ld]
+			ra, rb := hd*d+2*i, hd*d+2*i+1
+			if neox {
+				ra, rb = hd*d+i, hd*d+i+h
+			}
+			a, b := x[ra*ld:][:ld], x[rb*ld:][:ld]
 			c, s := cos[i*ld:][:ld], sin[i*ld:][:ld]
 			for t := range a {
 				u, v := a[t], b[t]
 				a[t] = u*c[t] - v*s[t]
 				b[t] = u*s[t] + v*c[t]
 			}
+		}
+	}
+}
+
+// addBiasT adds b[r] to the first n columns of row r of x [len(b)][ld],
+// leaving the padding columns zero.
+func addBiasT(x, b []float32, n, ld int) {
+	for r, br := range b {
+		row := x[r*ld:][:n]
+		for t := range row {
+			row[t] += br
 		}
 	}
 }
