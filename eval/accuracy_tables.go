@@ -37,37 +37,35 @@ func errCell(e *float64) string {
 	return FormatErr(*e)
 }
 
-// WriteAccuracyTables prints one table per budget sweep of a: the error
-// metrics against exact attention and the time of one call at each value.
-func WriteAccuracyTables(w io.Writer, a *Accuracy) {
-	fmt.Fprintf(w, "error against exact attention as the budget grows: %s\n", a.Describe())
+// accuracySection returns the tables of a: one per budget sweep, with
+// the error metrics against exact attention and the time of one call at
+// each value.
+func accuracySection(a *Accuracy) Section {
+	sec := Section{ID: "accuracy", Title: "error against exact attention as the budget grows: " + a.Describe()}
 	names, groups := sweepGroups(a)
 	for _, name := range names {
 		pts := groups[name]
 		p0 := pts[0]
-		fmt.Fprintf(w, "\n%s", name)
+		title := name
 		if p0.Unit != "" {
-			fmt.Fprintf(w, " (%s)", p0.Unit)
+			title += " (" + p0.Unit + ")"
 		}
-		fmt.Fprintln(w)
 		param := p0.Param
 		if param == "" {
 			param = "budget"
 		}
-		head := []string{param, "rel err", "spectral", "max row", "lse rel", "time"}
+		t := Table{Title: title, Head: []string{param, "rel err", "spectral", "max row", "lse rel", "time"}}
 		if a.Seeds > 1 {
-			head = append(head, "rel err range")
+			t.Head = append(t.Head, "rel err range")
 		}
-		rows := [][]string{head}
-		var skipped, fallbacks []string
 		for _, p := range pts {
 			v := strconv.Itoa(p.Value)
 			if p.Param == "" {
 				v = "default"
 			}
 			if p.Skipped != "" {
-				rows = append(rows, []string{v, "skipped"})
-				skipped = append(skipped, fmt.Sprintf("%s=%s: %s", param, v, p.Skipped))
+				t.Rows = append(t.Rows, []string{v, "skipped"})
+				sec.Skipped = append(sec.Skipped, fmt.Sprintf("%s: %s=%s: %s", name, param, v, p.Skipped))
 				continue
 			}
 			row := []string{v, errCell(p.RelErr), errCell(p.SpectralErr), errCell(p.MaxRowErr), errCell(p.LSERelErr),
@@ -77,16 +75,17 @@ func WriteAccuracyTables(w io.Writer, a *Accuracy) {
 			}
 			if p.Fallback != "" {
 				row[0] += fallbackMark
-				fallbacks = append(fallbacks, fmt.Sprintf("%s=%s%s: %s", param, v, fallbackMark, p.Fallback))
+				sec.Fallbacks = append(sec.Fallbacks, fmt.Sprintf("%s: %s=%s%s: %s", name, param, v, fallbackMark, p.Fallback))
 			}
-			rows = append(rows, row)
+			t.Rows = append(t.Rows, row)
 		}
-		writeText(w, rows, 0)
-		for _, s := range skipped {
-			fmt.Fprintf(w, "  skipped %s\n", s)
-		}
-		for _, s := range fallbacks {
-			fmt.Fprintf(w, "  ran exact attention instead: %s\n", s)
-		}
+		sec.Tables = append(sec.Tables, t)
 	}
+	return sec
+}
+
+// WriteAccuracyTables prints one table per budget sweep of a: the error
+// metrics against exact attention and the time of one call at each value.
+func WriteAccuracyTables(w io.Writer, a *Accuracy) {
+	writeSections(w, []Section{accuracySection(a)}, false)
 }

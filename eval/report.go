@@ -34,24 +34,13 @@ type figure struct {
 	Src     template.URL
 }
 
-type htmlTable struct {
-	Title string
-	Head  []string
-	Rows  [][]string
-}
-
-type benchMode struct {
-	Mode, Shape string
-	Tables      []htmlTable
-	Skipped     []string
-	Fallbacks   []string
-}
+type htmlTable = Table
 
 type reportView struct {
 	R           *Results
 	TimePlots   []figure
 	ParetoPlots []figure
-	Modes       []benchMode
+	Sections    []Section
 	AccPlots    []figure
 	AccTables   []htmlTable
 }
@@ -65,6 +54,7 @@ func (v *reportView) figure(p *plot.Plot, caption string) (figure, error) {
 }
 
 func (v *reportView) addBench(r *Results) error {
+	v.Sections = benchSections(r)
 	for _, mode := range modes(r.Rows) {
 		g := gridOf(r.Rows, mode)
 		for _, causal := range []bool{false, true} {
@@ -95,21 +85,6 @@ func (v *reportView) addBench(r *Results) error {
 				v.ParetoPlots = append(v.ParetoPlots, f)
 			}
 		}
-		first := g.cells[g.series[0]][g.ns[0]]
-		bm := benchMode{Mode: mode, Shape: fmt.Sprintf("B=%d H=%d Hkv=%d D=%d, %s", first.B, first.H, first.HKV, first.D, first.DType)}
-		skips, lines := g.skipList()
-		for _, t := range benchTables {
-			cell := t.cell
-			if cell == nil {
-				cell = g.speedupCell()
-			}
-			rows := g.table(skips, func(row *Row) string { return cell(r.Machine, row) })
-			if len(rows) > 1 {
-				bm.Tables = append(bm.Tables, htmlTable{Title: t.title, Head: rows[0], Rows: rows[1:]})
-			}
-		}
-		bm.Skipped, bm.Fallbacks = lines, g.fallbackList()
-		v.Modes = append(v.Modes, bm)
 	}
 	return nil
 }
@@ -232,8 +207,8 @@ code { background: #f4f4f4; padding: 0 0.2rem; }
 {{end}}
 {{range .ParetoPlots}}<figure><img src="{{.Src}}" alt="speed against error"><figcaption>{{.Caption}}</figcaption></figure>
 {{end}}
-{{range .Modes}}
-<h3>{{.Mode}}: {{.Shape}}</h3>
+{{range .Sections}}
+<h3>{{.Title}}</h3>
 {{range .Tables}}<p><b>{{.Title}}</b></p>
 <table><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
@@ -241,6 +216,7 @@ code { background: #f4f4f4; padding: 0 0.2rem; }
 {{end}}
 {{if .Skipped}}<p><b>Skipped rows</b></p><ul class="skipped">{{range .Skipped}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{if .Fallbacks}}<p><b>Rows that ran exact attention instead of the approximation</b> (marked *; never counted as a speed-up)</p><ul class="skipped">{{range .Fallbacks}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .Notes}}<ul class="skipped">{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{end}}
 {{end}}
 

@@ -85,11 +85,16 @@ type Row struct {
 	// Skipped is why the row did not run; empty when it ran.
 	Skipped string `json:"skipped"`
 
-	// SecondsMin and SecondsMax bound the timed calls; Reps counts them
-	// (0: the warm-up call was too slow to repeat and is the only one).
+	// SecondsMin and SecondsMax bound the timed calls, SecondsSD is their
+	// standard deviation (0 for fewer than two); Reps counts them (0:
+	// the warm-up call was too slow to repeat and is the only one).
 	SecondsMin float64 `json:"seconds_min"`
 	SecondsMax float64 `json:"seconds_max"`
+	SecondsSD  float64 `json:"seconds_sd"`
 	Reps       int     `json:"reps"`
+	// Interrupted marks a row that was running when the sweep was
+	// stopped: Skipped says so and the row has no measurement.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// PeakPct is GFlops as a percentage of Machine.PeakGFlops.
 	PeakPct float64 `json:"peak_pct,omitempty"`
 	// The other error metrics of Errors, against the same reference.

@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -47,10 +48,22 @@ func nonzero(x float64) float64 {
 	return x
 }
 
+// config is the part of a row that its mode sweeps besides the mechanism,
+// mask and length, which a comparison must hold fixed: for decode the
+// cache's head count and storage; for prefill nothing.
+func config(r *Row) string {
+	if r.Mode == "decode" {
+		return fmt.Sprintf("hkv=%d %s", r.HKV, r.DType)
+	}
+	return ""
+}
+
 // Summarize returns one paragraph naming, for each mode, mask and length,
 // the fastest mechanism whose relative error is at most maxErr, with its
-// time and its speed-up over exact. input names the kind of inputs the
-// errors were measured on.
+// time and its speed-up over exact. Only rows of one configuration are
+// compared (decode: the same cache head count and storage), so that a
+// speed-up is always against exact attention on the same cache. input
+// names the kind of inputs the errors were measured on.
 func Summarize(rows []Row, maxErr float64, input string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Fastest mechanism with relative error at most %s against exact attention (median time per call", FormatErr(maxErr))
@@ -59,35 +72,20 @@ func Summarize(rows []Row, maxErr float64, input string) string {
 	}
 	b.WriteString(")")
 	for _, mode := range modes(rows) {
-		g := gridOf(rows, mode)
-		for _, causal := range []bool{false, true} {
-			var parts []string
-			for _, n := range g.ns {
-				if !hasMask(g, causal, n) {
-					continue
-				}
-				best, exact := Fastest(rows, mode, causal, n, maxErr)
-				switch {
-				case best == nil:
-					parts = append(parts, fmt.Sprintf("n=%d none measured", n))
-				case best == exact:
-					parts = append(parts, fmt.Sprintf("n=%d exact (%s; %s)", n, FormatSeconds(best.Seconds), whyExact(rows, mode, causal, n, maxErr, exact)))
-				case exact == nil:
-					parts = append(parts, fmt.Sprintf("n=%d %s (%s, error %s; exact not timed)",
-						n, best.Mech, FormatSeconds(best.Seconds), FormatErr(*best.RelErr)))
-				default:
-					parts = append(parts, fmt.Sprintf("n=%d %s (%s, %.1f× faster than exact, error %s)",
-						n, best.Mech, FormatSeconds(best.Seconds), exact.Seconds/best.Seconds, FormatErr(*best.RelErr)))
+		var configs []string
+		for i := range rows {
+			if c := config(&rows[i]); rows[i].Mode == mode && !slices.Contains(configs, c) {
+				configs = append(configs, c)
+			}
+		}
+		for _, cfg := range configs {
+			var same []Row
+			for i := range rows {
+				if rows[i].Mode == mode && config(&rows[i]) == cfg {
+					same = append(same, rows[i])
 				}
 			}
-			if len(parts) == 0 {
-				continue
-			}
-			mask := "full mask"
-			if causal {
-				mask = "causal"
-			}
-			fmt.Fprintf(&b, "; %s %s: %s", mode, mask, strings.Join(parts, ", "))
+			summarizeMode(&b, same, mode, cfg, maxErr)
 		}
 	}
 	b.WriteString(".")
@@ -96,6 +94,44 @@ func Summarize(rows []Row, maxErr float64, input string) string {
 			" patterns and the easiest for sampling; `attn accuracy -input FILE` measures the errors on your own activations.")
 	}
 	return b.String()
+}
+
+// summarizeMode writes the summary of rows, all of one mode and
+// configuration cfg.
+func summarizeMode(b *strings.Builder, rows []Row, mode, cfg string, maxErr float64) {
+	g := gridOf(rows, mode)
+	for _, causal := range []bool{false, true} {
+		var parts []string
+		for _, n := range g.ns {
+			if !hasMask(g, causal, n) {
+				continue
+			}
+			best, exact := Fastest(rows, mode, causal, n, maxErr)
+			switch {
+			case best == nil:
+				parts = append(parts, fmt.Sprintf("n=%d none measured", n))
+			case best == exact:
+				parts = append(parts, fmt.Sprintf("n=%d exact (%s; %s)", n, FormatSeconds(best.Seconds), whyExact(rows, mode, causal, n, maxErr, exact)))
+			case exact == nil:
+				parts = append(parts, fmt.Sprintf("n=%d %s (%s, error %s; exact not timed)",
+					n, best.Mech, FormatSeconds(best.Seconds), FormatErr(*best.RelErr)))
+			default:
+				parts = append(parts, fmt.Sprintf("n=%d %s (%s, %.1f× faster than exact, error %s)",
+					n, best.Mech, FormatSeconds(best.Seconds), exact.Seconds/best.Seconds, FormatErr(*best.RelErr)))
+			}
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		label := "full mask"
+		switch {
+		case mode == "decode":
+			label = cfg // decode rows are all causal
+		case causal:
+			label = "causal"
+		}
+		fmt.Fprintf(b, "; %s %s: %s", mode, label, strings.Join(parts, ", "))
+	}
 }
 
 // whyExact says why no approximation beat exact at (mode, mask, n): the

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -94,16 +95,34 @@ func boolCmp(a, b bool) int {
 	return -1
 }
 
-// skipList numbers the skipped rows of g in table order.
+// skipList numbers the skipped rows of g in table order. Rows of one
+// series skipped for the same reason share a number and a line, so that a
+// mechanism that cannot run a mask says so once. Interrupted rows are
+// marked in their cells instead.
 func (g grid) skipList() (index map[*Row]int, lines []string) {
 	index = map[*Row]int{}
 	for _, s := range g.series {
-		for _, n := range g.ns {
-			if r := g.cells[s][n]; r != nil && r.Skipped != "" {
-				index[r] = len(lines) + 1
-				lines = append(lines, fmt.Sprintf("[%d] %s n=%d %s: %s", len(lines)+1, s.mech, n, s.mask(), r.Skipped))
+		var ns []string
+		var last *Row
+		flush := func() {
+			if last != nil {
+				lines = append(lines, fmt.Sprintf("[%d] %s n=%s %s: %s", len(lines)+1, s.mech, strings.Join(ns, ","), s.mask(), last.Skipped))
 			}
+			last, ns = nil, nil
 		}
+		for _, n := range g.ns {
+			r := g.cells[s][n]
+			if r == nil || r.Skipped == "" || r.Interrupted {
+				continue
+			}
+			if last != nil && last.Skipped != r.Skipped {
+				flush()
+			}
+			index[r] = len(lines) + 1
+			ns = append(ns, strconv.Itoa(n))
+			last = r
+		}
+		flush()
 	}
 	return index, lines
 }
@@ -144,6 +163,8 @@ func (g grid) table(skips map[*Row]int, cell func(*Row) string) [][]string {
 			switch {
 			case r == nil:
 				c = ""
+			case r.Interrupted:
+				c = "interrupted"
 			case r.Skipped != "":
 				c = fmt.Sprintf("skip[%d]", skips[r])
 			default:
@@ -196,16 +217,76 @@ func writeText(w io.Writer, rows [][]string, left int) {
 	}
 }
 
-// benchTable is one measure of the bench tables.
+// Table is one table of the tables and the report: a title, a header
+// and rows of cells, the first Left columns aligned left. The text, the
+// Markdown and the HTML forms render the same Tables.
+type Table struct {
+	Title string
+	Head  []string
+	Rows  [][]string
+	Left  int
+}
+
+// Section is the tables of one mode of a benchmark, or of an accuracy
+// run: a heading that says what the rows hold, the tables, and the notes
+// that explain their marks (skipped rows, fallbacks, wide spreads).
+type Section struct {
+	ID, Title string
+	Tables    []Table
+	// Skipped lists the skipped rows, numbered as their cells say;
+	// Fallbacks the rows marked fallbackMark; Notes the rest.
+	Skipped, Fallbacks, Notes []string
+}
+
+// benchTable is one measure of the bench tables; title depends on the
+// mode (decode's errors are against another reference).
 type benchTable struct {
-	title string
+	title func(mode string) string
 	cell  func(m Machine, r *Row) string
 }
 
+func fixedTitle(t string) func(string) string { return func(string) string { return t } }
+
+// spreadMark follows a time whose timed calls spread widely: the
+// median is then a weaker figure, worth a rerun on a quiet machine.
+const spreadMark = "!"
+
+// WideSpread is the relative range (Max−Min)/Median beyond which a row's
+// time is marked spreadMark.
+const WideSpread = 0.25
+
+// wide reports whether r's timed calls spread more than WideSpread.
+func wide(r *Row) bool {
+	return r.Reps >= 2 && r.Seconds > 0 && (r.SecondsMax-r.SecondsMin)/r.Seconds > WideSpread
+}
+
+// spreadText is r's spread as llama-bench prints it, ± one standard
+// deviation, relative to the median: "±3.1%"; "(1×)" for a time of one
+// call, which has none.
+func spreadText(r *Row) string {
+	if r.Reps < 2 || r.Seconds <= 0 {
+		return "(1×)"
+	}
+	sd := r.SecondsSD
+	if sd == 0 {
+		// Results written before seconds_sd: half the range.
+		sd = (r.SecondsMax - r.SecondsMin) / 2
+	}
+	return "±" + strconv.FormatFloat(100*sd/r.Seconds, 'g', 2, 64) + "%"
+}
+
+func timeCell(_ Machine, r *Row) string {
+	c := FormatSeconds(r.Seconds) + " " + spreadText(r)
+	if wide(r) {
+		c += spreadMark
+	}
+	return c
+}
+
 var benchTables = []benchTable{
-	{"time per call (median of the timed calls)", func(_ Machine, r *Row) string { return FormatSeconds(r.Seconds) }},
-	{"speed-up over exact (its time / the mechanism's)", nil}, // filled in by speedups
-	{"exact-attention GFLOP/s (% of the measured peak)", func(m Machine, r *Row) string {
+	{fixedTitle("time per call: median of the timed calls, ± their standard deviation"), timeCell},
+	{fixedTitle("speed-up over exact (its time / the mechanism's)"), nil}, // filled in by speedupCell
+	{fixedTitle("exact-attention GFLOP/s (% of the measured peak)"), func(m Machine, r *Row) string {
 		if r.GFlops == 0 {
 			return ""
 		}
@@ -214,7 +295,7 @@ var benchTables = []benchTable{
 		}
 		return fmt.Sprintf("%.1f", r.GFlops)
 	}},
-	{"K/V read GB/s (% of the measured DRAM read bandwidth)", func(m Machine, r *Row) string {
+	{fixedTitle("K/V read GB/s (% of the measured DRAM read bandwidth)"), func(m Machine, r *Row) string {
 		if r.GBps == 0 {
 			return ""
 		}
@@ -223,19 +304,35 @@ var benchTables = []benchTable{
 		}
 		return fmt.Sprintf("%.1f", r.GBps)
 	}},
-	{"extra memory per call (bytes allocated on the Go heap by one call)", func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
-	{"relative error ‖O−Ô‖_F/‖O‖_F (exact: against the float64 ref; others: against exact)", func(_ Machine, r *Row) string {
+	{fixedTitle("extra memory per call (bytes allocated on the Go heap by one call)"), func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
+	{errTitle, func(_ Machine, r *Row) string {
 		if r.RelErr == nil {
 			return ""
 		}
 		return FormatErr(*r.RelErr)
 	}},
-	{"spectral-norm error ‖O−Ô‖₂/‖O‖₂ (worst head)", func(_ Machine, r *Row) string {
+	{fixedTitle("spectral-norm error ‖O−Ô‖₂/‖O‖₂ (worst head)"), func(_ Machine, r *Row) string {
 		if r.SpectralErr == nil {
 			return ""
 		}
 		return FormatErr(*r.SpectralErr)
 	}},
+}
+
+// errTitle names the reference of a mode's errors.
+func errTitle(mode string) string {
+	if mode == "decode" {
+		return "relative error ‖O−Ô‖_F/‖O‖_F against exact attention over the float32 keys and values (so a bf16, f16 or i8 cache shows its rounding)"
+	}
+	return "relative error ‖O−Ô‖_F/‖O‖_F (exact: against the float64 ref; others: against exact)"
+}
+
+// exactOf returns the exact row that r's speed-up is against: the same
+// mode, mask and length, and for decode the same cache head count and
+// storage.
+func (g grid) exactOf(r *Row) *Row {
+	e := Row{Mode: r.Mode, Mech: "exact", HKV: r.HKV, DType: r.DType}
+	return g.cells[series{r.Mode, seriesName(&e), r.Causal}][r.N]
 }
 
 // speedupCell returns the cell function of the speed-up table of g.
@@ -248,28 +345,63 @@ func (g grid) speedupCell() func(Machine, *Row) string {
 			// Exact attention under another name is no speed-up.
 			return "exact"
 		}
-		e := g.cells[series{r.Mode, "exact", r.Causal}][r.N]
+		e := g.exactOf(r)
 		if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
 			return ""
 		}
-		return fmt.Sprintf("%.3g×", e.Seconds/r.Seconds)
+		c := fmt.Sprintf("%.3g×", e.Seconds/r.Seconds)
+		if wide(r) || wide(e) {
+			c += spreadMark
+		}
+		return c
 	}
 }
 
-// WriteBenchTables prints the machine, then for each mode one table per
-// measure (rows: mechanism and mask; columns: lengths) and the skipped
-// rows with their reasons.
-func WriteBenchTables(w io.Writer, r *Results) {
-	writeMachine(w, r)
+// describeRows says what the rows of one mode hold: each dimension's
+// values (decode sweeps the cache's head count and storage too).
+func describeRows(rows []Row, mode string) string {
+	var bs, hs, hkvs, ds []int
+	var dtypes []string
+	add := func(list []int, v int) []int {
+		if !slices.Contains(list, v) {
+			list = append(list, v)
+		}
+		return list
+	}
+	for _, r := range rows {
+		if r.Mode != mode {
+			continue
+		}
+		bs, hs, hkvs, ds = add(bs, r.B), add(hs, r.H), add(hkvs, r.HKV), add(ds, r.D)
+		if !slices.Contains(dtypes, r.DType) {
+			dtypes = append(dtypes, r.DType)
+		}
+	}
+	list := func(v []int) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.Itoa(x)
+		}
+		return strings.Join(s, ",")
+	}
+	shape := fmt.Sprintf("B=%s H=%s Hkv=%s D=%s, %s", list(bs), list(hs), list(hkvs), list(ds), strings.Join(dtypes, ", "))
+	if mode == "decode" {
+		return "decode: one query per head against a cache of n positions; " + shape + " storage"
+	}
+	return mode + ": " + shape
+}
+
+// benchSections returns the tables of each mode of r.
+func benchSections(r *Results) []Section {
+	var out []Section
 	for _, mode := range modes(r.Rows) {
 		g := gridOf(r.Rows, mode)
-		first := g.cells[g.series[0]][g.ns[0]]
-		fmt.Fprintf(w, "\n%s: B=%d H=%d Hkv=%d D=%d, %s", mode, first.B, first.H, first.HKV, first.D, first.DType)
-		if r.Bench != nil && r.Bench.Input != "" {
-			fmt.Fprintf(w, ", %s inputs", r.Bench.Input)
+		sec := Section{ID: mode, Title: describeRows(r.Rows, mode)}
+		if r.Bench != nil && r.Bench.Input != "" && mode != "decode" {
+			sec.Title += ", " + r.Bench.Input + " inputs"
 		}
-		fmt.Fprintln(w)
 		skips, lines := g.skipList()
+		anyWide, anyInterrupted := false, false
 		for _, t := range benchTables {
 			cell := t.cell
 			if cell == nil {
@@ -279,22 +411,102 @@ func WriteBenchTables(w io.Writer, r *Results) {
 			if len(rows) == 1 {
 				continue
 			}
-			fmt.Fprintf(w, "\n%s\n", t.title)
-			writeText(w, rows, 2)
+			for _, row := range rows[1:] {
+				for _, c := range row {
+					anyWide = anyWide || strings.HasSuffix(strings.TrimSuffix(c, fallbackMark), spreadMark)
+					anyInterrupted = anyInterrupted || c == "interrupted"
+				}
+			}
+			sec.Tables = append(sec.Tables, Table{Title: t.title(mode), Head: rows[0], Rows: rows[1:], Left: 2})
 		}
-		if len(lines) > 0 {
-			fmt.Fprintln(w, "\nskipped:")
+		sec.Skipped, sec.Fallbacks = lines, g.fallbackList()
+		if anyWide {
+			sec.Notes = append(sec.Notes, fmt.Sprintf("%s: the timed calls spread over %.0f%% of the median (max−min): the machine was busy or the row is short; rerun, or raise -reps", spreadMark, 100*WideSpread))
+		}
+		if anyInterrupted {
+			sec.Notes = append(sec.Notes, "interrupted: the run was stopped while this row ran; it has no measurement")
+		}
+		out = append(out, sec)
+	}
+	return out
+}
+
+// WriteBenchTables prints the machine, then for each mode one table per
+// measure (rows: mechanism and mask; columns: lengths) and the skipped
+// rows with their reasons.
+func WriteBenchTables(w io.Writer, r *Results) {
+	writeMachine(w, r)
+	writeSections(w, benchSections(r), false)
+}
+
+// writeSections prints sections as text, or as Markdown with md.
+func writeSections(w io.Writer, secs []Section, md bool) {
+	for _, sec := range secs {
+		if md {
+			fmt.Fprintf(w, "\n## %s\n", sec.Title)
+		} else {
+			fmt.Fprintf(w, "\n%s\n", sec.Title)
+		}
+		for _, t := range sec.Tables {
+			if md {
+				fmt.Fprintf(w, "\n### %s\n\n", t.Title)
+				writeMarkdown(w, t)
+				continue
+			}
+			if t.Title != "" {
+				fmt.Fprintf(w, "\n%s\n", t.Title)
+			}
+			writeText(w, append([][]string{t.Head}, t.Rows...), t.Left)
+		}
+		list := func(title string, lines []string) {
+			if len(lines) == 0 {
+				return
+			}
+			if md {
+				fmt.Fprintf(w, "\n%s\n\n", title)
+				for _, l := range lines {
+					fmt.Fprintf(w, "- %s\n", mdEscape(l))
+				}
+				return
+			}
+			fmt.Fprintf(w, "\n%s\n", title)
 			for _, l := range lines {
 				fmt.Fprintln(w, "  "+l)
 			}
 		}
-		if fb := g.fallbackList(); len(fb) > 0 {
-			fmt.Fprintf(w, "\nran exact attention instead of the approximation (marked %s):\n", fallbackMark)
-			for _, l := range fb {
-				fmt.Fprintln(w, "  "+l)
-			}
+		list("skipped:", sec.Skipped)
+		list(fmt.Sprintf("ran exact attention instead of the approximation (marked %s):", fallbackMark), sec.Fallbacks)
+		list("notes:", sec.Notes)
+	}
+}
+
+// writeMarkdown prints t as a GitHub-flavoured Markdown table.
+func writeMarkdown(w io.Writer, t Table) {
+	row := func(cells []string) {
+		esc := make([]string, len(cells))
+		for i, c := range cells {
+			esc[i] = mdEscape(c)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(esc, " | "))
+	}
+	row(t.Head)
+	align := make([]string, len(t.Head))
+	for i := range align {
+		align[i] = "---:"
+		if i < t.Left {
+			align[i] = ":---"
 		}
 	}
+	fmt.Fprintf(w, "|%s|\n", strings.Join(align, "|"))
+	for _, r := range t.Rows {
+		row(r)
+	}
+}
+
+// mdEscape keeps a cell's text from being read as Markdown: pipes end
+// cells, asterisks and underscores emphasise.
+func mdEscape(s string) string {
+	return strings.NewReplacer("|", `\|`, "*", `\*`, "_", `\_`).Replace(s)
 }
 
 // WriteSummary prints the benchmark's summary paragraph, if any.

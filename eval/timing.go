@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -26,8 +27,9 @@ type TimeConfig struct {
 type Measurement struct {
 	// Samples are the durations of the timed calls in seconds, sorted.
 	Samples []float64
-	// Median, Min and Max summarise Samples.
-	Median, Min, Max float64
+	// Median, Min and Max summarise Samples; SD is their standard
+	// deviation (0 for one sample).
+	Median, Min, Max, SD float64
 	// FromWarmup reports that the warm-up call was too slow to repeat
 	// within MaxTime and is the only sample.
 	FromWarmup bool
@@ -93,6 +95,7 @@ func Measure(ctx context.Context, cfg TimeConfig, f func() error) (Measurement, 
 	slices.Sort(m.Samples)
 	m.Min, m.Max = m.Samples[0], m.Samples[len(m.Samples)-1]
 	m.Median = Median(m.Samples)
+	m.SD = stddev(m.Samples)
 	return m, nil
 }
 
@@ -104,6 +107,23 @@ func protect(f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// stddev is the sample standard deviation of x, 0 for fewer than two.
+func stddev(x []float64) float64 {
+	if len(x) < 2 {
+		return 0
+	}
+	mean := 0.0
+	for _, v := range x {
+		mean += v
+	}
+	mean /= float64(len(x))
+	ss := 0.0
+	for _, v := range x {
+		ss += (v - mean) * (v - mean)
+	}
+	return math.Sqrt(ss / float64(len(x)-1))
 }
 
 // Median returns the median of sorted x (the mean of the middle two for an

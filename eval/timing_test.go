@@ -146,3 +146,14 @@ func TestGrowth(t *testing.T) {
 		t.Error("forecast below every measured length")
 	}
 }
+
+func TestStddev(t *testing.T) {
+	for _, c := range []struct {
+		x    []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 0}, {[]float64{1, 3}, math.Sqrt2}, {[]float64{2, 4, 4, 4, 5, 5, 7, 9}, math.Sqrt(32.0 / 7)}} {
+		if got := stddev(c.x); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("stddev(%v) = %v, want %v", c.x, got, c.want)
+		}
+	}
+}

@@ -81,12 +81,16 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.workersVar(&workers)
 	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth for the report (about 1 s)")
 	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html (keeping a bench's results there)")
+	format := fs.String("format", "text", "`form` of the tables on stdout: text, md (Markdown), csv (one line a point, every field) or json (results.json)")
 	var set listFlag
 	fs.Var(&set, "set", "parameter `name=value` held for the mechanisms that have it, or MECH:name=value for one (repeatable); the swept one overrides it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	given := fs.given()
+	if err := eval.CheckFormat(*format); err != nil {
+		return err
+	}
 	if *hkv == 0 {
 		*hkv = *h
 	}
@@ -149,7 +153,9 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if acc == nil {
 		return runErr
 	}
-	eval.WriteAccuracyTables(stdout, acc)
+	if err := eval.WriteAccuracy(stdout, acc, *format); err != nil {
+		return errors.Join(runErr, err)
+	}
 	if *out != "" {
 		threads := workers
 		if threads <= 0 {

@@ -88,7 +88,7 @@ var benchHelp = helpText{
 	examples: []string{
 		"attn bench -out report                      # every mechanism, n = 512…16384, report/report.html",
 		"attn bench -mech exact,window,hyper -n 1024,4096 -causal",
-		"attn bench -mode decode -n 4096,16384",
+		"attn bench -mode decode -n 4096,16384 -format md",
 	},
 	about: `Times every selected mechanism (and ref, the float64 reference) over a
 sweep of lengths, with its memory allocated per call and its error against
@@ -134,12 +134,16 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	accN := fs.Int("accuracy-n", 2048, "with -out, also sweep each mechanism's budget at this `length` for the report, as attn accuracy does (0: no)")
 	out := fs.String("out", "", "write `DIR`/results.json and DIR/report.html")
+	format := fs.String("format", "text", "`form` of the tables on stdout: text, md (Markdown), csv (one line a row, every field) or json (results.json)")
 	var set listFlag
 	fs.Var(&set, "set", "mechanism parameter `name=value` for every selected mechanism that has it, or MECH:name=value for one (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	given := fs.given()
+	if err := eval.CheckFormat(*format); err != nil {
+		return err
+	}
 	cfg := benchConfig{
 		mode: *mode, dtype: *dtype, b: b, h: h, hkv: hkv, d: d,
 		causal: causal.values(), reps: reps, workers: workers, seed: *seed, set: set,
@@ -202,16 +206,24 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if res == nil {
 		return err
 	}
-	// Print and save what was measured even when interrupted.
-	eval.WriteBenchTables(stdout, res)
+	// Print and save what was measured even when interrupted; text as
+	// soon as it is there, the other forms whole at the end.
+	text := *format == "text"
+	if text {
+		eval.WriteBenchTables(stdout, res)
+	}
 	if err == nil && *out != "" && *accN > 0 {
 		res.Accuracy, err = benchAccuracy(ctx, cfg, *accN)
-		if res.Accuracy != nil {
+		if res.Accuracy != nil && text {
 			fmt.Fprintln(stdout)
 			eval.WriteAccuracyTables(stdout, res.Accuracy)
 		}
 	}
-	eval.WriteSummary(stdout, res)
+	if text {
+		eval.WriteSummary(stdout, res)
+	} else if werr := eval.WriteBench(stdout, res, *format); werr != nil {
+		return errors.Join(err, werr)
+	}
 	if *out != "" {
 		keep := func(old *eval.Results) {
 			if res.Accuracy == nil {
@@ -500,6 +512,9 @@ func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, er
 				}
 				sw.prog.begin(fmt.Sprintf("%s n=%d %s", mech.name, n, mask))
 				row, err := sw.prefillRow(ctx, &c, mech)
+				if err != nil {
+					row = interrupted(row)
+				}
 				rows = append(rows, row)
 				switch {
 				case err != nil:
@@ -578,6 +593,13 @@ func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism)
 	return row, sw.compare(&row, s, c.out, c.lse, c.refBase, &c.exactBase)
 }
 
+// interrupted returns r as a row stopped by the end of the sweep's
+// context: its identity, no measurement, marked.
+func interrupted(r eval.Row) eval.Row {
+	return eval.Row{Mode: r.Mode, Mech: r.Mech, B: r.B, H: r.H, HKV: r.HKV, N: r.N, M: r.M, D: r.D,
+		Causal: r.Causal, DType: r.DType, Params: r.Params, Skipped: "interrupted", Interrupted: true}
+}
+
 // baselineMech is the growth series of the untimed exact calls that
 // provide the errors' baseline when exact is not among the rows.
 const baselineMech = "exact (baseline)"
@@ -637,7 +659,7 @@ func (sw *sweep) measure(ctx context.Context, row *eval.Row, call func() error) 
 		row.Skipped = "error: " + err.Error()
 		return nil
 	}
-	row.Seconds, row.SecondsMin, row.SecondsMax = m.Median, m.Min, m.Max
+	row.Seconds, row.SecondsMin, row.SecondsMax, row.SecondsSD = m.Median, m.Min, m.Max, m.SD
 	row.Reps = len(m.Samples)
 	if m.FromWarmup {
 		row.Reps = 0

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -292,6 +293,82 @@ func TestBenchInterrupted(t *testing.T) {
 	code := run(ctx, []string{"bench", "-input", "gaussian", "-mech", "exact", "-n", "16", "-heads", "1", "-d", "8", "-probe=false"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "context canceled") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// stopper is exact attention that ends the sweep's context while it
+// runs, as Ctrl-C would, at lengths above 16.
+type stopper struct{ cancel context.CancelFunc }
+
+func (stopper) Name() string { return "stopper" }
+
+func (s stopper) Forward(ctx context.Context, sh attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	if sh.N > 16 {
+		s.cancel()
+		return ctx.Err()
+	}
+	return flash.New(flash.Config{}).Forward(ctx, sh, q, k, v, o, out, lse)
+}
+
+// TestBenchInterruptedRow: the row that was running when the sweep was
+// stopped is saved and printed as interrupted, not as a time of 0.
+func TestBenchInterruptedRow(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	withFakes(t, registry.Entry{Name: "stopper", Summary: "test double",
+		Build: func(*registry.Params, uint64) (attn.Mechanism, error) { return stopper{cancel}, nil }})
+	dir := t.TempDir()
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"bench", "-input", "gaussian", "-mech", "exact,stopper", "-n", "16,32", "-heads", "1", "-d", "8",
+		"-causal=false", "-reps", "1", "-probe=false", "-out", dir}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "context canceled") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	res, _ := readResults(t, dir)
+	var marked int
+	for _, r := range res.Rows {
+		if r.Interrupted {
+			marked++
+			if r.Mech != "stopper" || r.N != 32 || r.Seconds != 0 || r.Skipped == "" {
+				t.Errorf("interrupted row %+v", r)
+			}
+		}
+	}
+	if marked != 1 || !strings.Contains(stdout.String(), "interrupted") || strings.Contains(stdout.String(), " 0 µs") {
+		t.Errorf("%d rows marked interrupted; tables:\n%s", marked, stdout.String())
+	}
+}
+
+// TestBenchFormats: -format json prints results.json, md and csv the
+// same rows.
+func TestBenchFormats(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"bench", "-input", "gaussian", "-mech", "exact,window", "-n", "16,24", "-heads", "2", "-d", "8",
+		"-reps", "2", "-probe=false", "-accuracy-n", "0"}
+	code, stdout, stderr := attnCmd(t, append(args, "-format", "json", "-out", dir)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var printed eval.Results
+	if err := json.Unmarshal([]byte(stdout), &printed); err != nil {
+		t.Fatalf("-format json printed no JSON: %v\n%s", err, stdout)
+	}
+	saved, _ := readResults(t, dir)
+	if !reflect.DeepEqual(&printed, saved) {
+		t.Error("-format json printed other results than results.json holds")
+	}
+	for _, c := range []struct{ format, want string }{
+		{"md", "| mech | mask | n=16 | n=24 |"},
+		{"csv", "mode,mech,b,h,hkv,n,m,d,causal,dtype,seconds"},
+		{"text", "time per call"},
+	} {
+		code, stdout, stderr := attnCmd(t, append(args, "-format", c.format)...)
+		if code != 0 || !strings.Contains(stdout, c.want) {
+			t.Errorf("-format %s: exit %d, stderr %q, stdout:\n%s", c.format, code, stderr, stdout)
+		}
+	}
+	if code, _, stderr := attnCmd(t, append(args, "-format", "yaml")...); code != 1 || !strings.Contains(stderr, "want text, md, csv, json") {
+		t.Errorf("-format yaml: exit %d, stderr %q", code, stderr)
 	}
 }
 

@@ -108,6 +108,9 @@ func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, err
 						}
 					}
 					err := sw.decodeRow(ctx, &row, mech, s, dtype, in)
+					if err != nil {
+						row = interrupted(row)
+					}
 					rows = append(rows, row)
 					if err != nil {
 						sw.prog.end("interrupted")
