@@ -504,3 +504,22 @@ func TestAustenUnchanged(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNonFinite checks the exponent test of Weights.Validate on the edges
+// of the finite float32 values.
+func TestNonFinite(t *testing.T) {
+	inf := float32(math.Inf(1))
+	for _, c := range []struct {
+		x    float32
+		want bool
+	}{
+		{0, false}, {float32(math.Copysign(0, -1)), false}, {math.MaxFloat32, false}, {-math.MaxFloat32, false},
+		{math.SmallestNonzeroFloat32, false}, {1, false}, {inf, true}, {-inf, true}, {float32(math.NaN()), true},
+		{math.Float32frombits(0xffffffff), true}, {math.Float32frombits(0x7f800001), true},
+	} {
+		d := []float32{1, 2, c.x, 3}
+		if got := nonFinite(d); (got == 2) != c.want || !c.want && got != -1 {
+			t.Errorf("%v (%#x): nonFinite = %d", c.x, math.Float32bits(c.x), got)
+		}
+	}
+}

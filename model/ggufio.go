@@ -1,14 +1,17 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/attnkit/attn"
+	par "github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/model/gguf"
 	"github.com/attnkit/attn/model/tokenizer"
 )
@@ -116,11 +119,19 @@ func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 		if !slices.Equal(info.Dims, ggufDims(t.Shape)) {
 			return nil, nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape))
 		}
-		data, err := f.ReadTensor(t.Name)
+	}
+	// Dequantising is most of a load: the tensors are decoded on all CPUs,
+	// each by one goroutine, so the values are the same for any count;
+	// the error reported is the first tensor's in file order.
+	errs := make([]error, len(ts))
+	_ = par.For(context.Background(), runtime.GOMAXPROCS(0), len(ts), par.None, func(_ struct{}, i int) error {
+		*ts[i].Data, errs[i] = f.ReadTensor(ts[i].Name)
+		return nil
+	})
+	for _, err := range errs {
 		if err != nil {
 			return nil, nil, err
 		}
-		*t.Data = data
 	}
 	if err := w.Validate(); err != nil {
 		return nil, nil, err

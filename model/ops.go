@@ -56,20 +56,39 @@ func linear(ctx context.Context, sc *scratch, workers int, dst, x, w []float32, 
 			simd.DotRows(dst[o0:], out, x, in, n, w[o0*in:], in, nr, in)
 		})
 	}
+	return linearChunked(ctx, sc, workers, dst, x, w, n, out, in, linearChunk)
+}
+
+// linearChunk bounds the values of Cᵀ that linear holds at once: the
+// output layer of a large vocabulary over a long window (150k rows by
+// 2048 positions) would otherwise need a second copy of the logits.
+const linearChunk = 1 << 23
+
+// linearChunked is linear over at least gemmMin positions, computing Cᵀ
+// a block of rows of W at a time so that it holds at most about chunk
+// values of it. Blocks are whole tiles of rows, each row's sums running in
+// the same order whatever the block, so the result does not depend on
+// chunk.
+func linearChunked(ctx context.Context, sc *scratch, workers int, dst, x, w []float32, n, out, in, chunk int) error {
 	// Cᵀ = W·Xᵀ: W is A (out×in, row-major as stored), Xᵀ is B (in×np,
 	// positions along the vector lanes), so no weight is ever copied.
 	np := (n + simd.Panel - 1) / simd.Panel * simd.Panel
+	rows := max(tileRows, chunk/np/tileRows*tileRows)
+	rows = min(rows, out)
 	sc.xt = grow(sc.xt, in*np)
-	sc.ct = grow(sc.ct, out*np)
+	sc.ct = grow(sc.ct, rows*np)
 	xt, ct := sc.xt, sc.ct
 	transpose(xt, np, x, in, n, in)
 	for i := range in {
 		clear(xt[i*np+n : (i+1)*np])
 	}
-	if err := productWX(ctx, workers, ct, w, xt, np, out, in); err != nil {
-		return err
+	for o0 := 0; o0 < out; o0 += rows {
+		nr := min(rows, out-o0)
+		if err := productWX(ctx, workers, ct, w[o0*in:(o0+nr)*in], xt, np, nr, in); err != nil {
+			return err
+		}
+		transpose(dst[o0:], out, ct, np, nr, n)
 	}
-	transpose(dst, out, ct, np, out, n)
 	return nil
 }
 
