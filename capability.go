@@ -22,8 +22,10 @@ type DecodeConfig struct {
 	// Workers bounds the goroutines of a step; 0 means GOMAXPROCS.
 	Workers int
 	// Storage is the element type of stored keys and values for decoders
-	// that store them: "" or "f32", "bf16", "f16", "i8" (package kvcache).
-	// Decoders that keep no keys (recurrent states) ignore it.
+	// that store them: "" or "f32", "bf16", "f16", "i8", "i4", each
+	// optionally with "+rot" for a Hadamard rotation of queries, keys and
+	// values ("i4+rot"; package kvcache, ParseStorage). Decoders that keep
+	// no keys (recurrent states) ignore it.
 	Storage string
 	// Window, when positive, makes a decoder that stores keys keep only the
 	// last Window positions plus the first Sinks (StreamingLLM) on top of
@@ -32,6 +34,17 @@ type DecodeConfig struct {
 	// MaxLen, when positive, bounds the positions a sequence may reach;
 	// an append past it is an error. Decoders may size memory by it.
 	MaxLen int
+	// Evict, with a Window and Keep > 0, bounds a decoder that stores
+	// keys by an eviction policy: "h2o" (accumulated attention) or
+	// "snapkv" (a prompt's observation window). Besides the Sinks and the
+	// last Window positions it keeps Keep more, those the policy scores
+	// highest per KV head, and queries see every position kept (package
+	// kvcache, Policy). Decoders that cannot evict return an error
+	// wrapping ErrUnsupported; "" keeps what Window keeps.
+	Evict string
+	// Keep is the number of positions an evicting decoder keeps past the
+	// sinks and the window.
+	Keep int
 }
 
 // maxDecodeLen bounds DecodeConfig.MaxLen and Window: far past any context
@@ -56,6 +69,14 @@ func (c DecodeConfig) Validate() error {
 		return fmt.Errorf("%w: decode Window = %d, Sinks = %d, MaxLen = %d: at most 2^32 positions", ErrInput, c.Window, c.Sinks, c.MaxLen)
 	case c.Sinks > 0 && c.Window == 0:
 		return fmt.Errorf("%w: decode Sinks = %d needs a Window", ErrInput, c.Sinks)
+	case c.Keep < 0 || c.Keep > maxDecodeLen:
+		return fmt.Errorf("%w: decode Keep = %d, want 0 to 2^32", ErrInput, c.Keep)
+	case c.Evict != "" && c.Evict != "h2o" && c.Evict != "snapkv":
+		return fmt.Errorf("%w: decode eviction policy %q (want h2o or snapkv)", ErrInput, c.Evict)
+	case c.Evict != "" && (c.Window == 0 || c.Keep == 0):
+		return fmt.Errorf("%w: decode eviction %q needs a Window and Keep > 0, got Window = %d, Keep = %d", ErrInput, c.Evict, c.Window, c.Keep)
+	case c.Evict == "" && c.Keep > 0:
+		return fmt.Errorf("%w: decode Keep = %d needs an eviction policy", ErrInput, c.Keep)
 	}
 	return nil
 }
