@@ -32,15 +32,24 @@ func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o at
 		return fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
 	}
 	o = c.options(o)
+	if err := c.checkFull(nq); err != nil {
+		return err
+	}
+	if nq == 1 {
+		if err := c.compressPrompt(ctx, o.Workers); err != nil {
+			return err
+		}
+	}
 	if lse == nil {
 		lse = make([]float32, s.LSELen())
 	}
-	// The chunk's own part: causal over the new keys (and the window).
+	// The chunk's own part: causal over the new keys (and the window; an
+	// evicting cache's chunk sees itself whole).
 	kn := flash.New(flash.Config{})
 	selfOpts := o
 	selfOpts.Causal = true
 	var pat flash.Pattern
-	if c.cfg.Window > 0 {
+	if c.cfg.Window > 0 && c.ev == nil {
 		pat = chunkWindow{c.n, c.cfg.Window, c.cfg.Sinks}
 	} else {
 		pat = allKeys{}
@@ -48,18 +57,28 @@ func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o at
 	if err := kn.ForwardPattern(ctx, s, q, k, v, selfOpts, pat, out, lse); err != nil {
 		return err
 	}
-	// The cached part, merged in by log-sum-exp.
+	// The cached part, merged in by log-sum-exp: queries rotated as the
+	// stored keys and values are, its output rotated back.
+	qr := q
+	if c.Held() > 0 || c.ev != nil {
+		qr = c.rotateQ(q)
+	}
 	if c.Held() > 0 {
 		cOut := make([]float32, len(out))
 		cLSE := make([]float32, len(lse))
-		if err := c.attendCached(ctx, h, q, nq, o, cOut, cLSE); err != nil {
+		if err := c.attendCached(ctx, h, qr, nq, o, cOut, cLSE); err != nil {
 			return err
 		}
+		c.unrotate(cOut)
 		if err := attn.Merge(out, lse, cOut, cLSE, c.cfg.D); err != nil {
 			return err
 		}
 	}
-	return c.Append(k, v, nq)
+	k, v = c.rotateKV(k, v)
+	if c.ev != nil {
+		return c.evictStep(ctx, h, qr, k, v, nq, o, lse)
+	}
+	return c.appendRows(k, v, nq)
 }
 
 // Attend computes attention for queries of the newest positions, already
@@ -90,7 +109,49 @@ func (c *Cache) Attend(ctx context.Context, h int, q []float32, o attn.Options, 
 	}
 	// The query is the newest position: it sees every held key but those
 	// that left its window, and the decode kernel checks each row.
-	return c.decode(ctx, s, q, c.n-1, true, o, out, lse)
+	qr := c.rotateQ(q)
+	if err := c.decode(ctx, s, qr, c.n-1, true, o, out, lse); err != nil {
+		return err
+	}
+	c.unrotate(out)
+	if c.ev != nil && c.ev.policy == H2O {
+		return c.h2oAttend(ctx, h, qr, o, lse)
+	}
+	return nil
+}
+
+// h2oAttend adds the probabilities of Attend's queries (rotated q, their
+// lse) to the scores of the held rows.
+func (c *Cache) h2oAttend(ctx context.Context, h int, q []float32, o attn.Options, lse []float32) error {
+	heads := c.cfg.B * c.cfg.HKV
+	g, d, held := h/c.cfg.HKV, c.cfg.D, c.ev.held
+	add := make([]float64, heads*held)
+	err := parallel.For(ctx, o.WorkerCount(runtime.GOMAXPROCS(0), heads), heads,
+		func() *scoreScratch { return newScoreScratch(c.stride) },
+		func(sc *scoreScratch, bh int) error {
+			b, kvh := bh/c.cfg.HKV, bh%c.cfg.HKV
+			rows := make([]scoreQuery, g)
+			for r := range rows {
+				hd := b*h + kvh*g + r
+				x := make([]float32, d)
+				for j, v := range q[hd*d:][:d] {
+					x[j] = v * o.Scale
+				}
+				rows[r] = scoreQuery{q: x, lse: lse[hd], pos: c.n - 1}
+			}
+			c.scoreHeld(sc, bh, rows, add[bh*held:][:held])
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	for bh := range heads {
+		sc := c.ev.score[bh*c.cap:][:held]
+		for j, x := range add[bh*held:][:held] {
+			sc[j] += x
+		}
+	}
+	return nil
 }
 
 // shape is the attention shape of nq queries from h heads against m keys.
@@ -117,7 +178,7 @@ func (c *Cache) attendCached(ctx context.Context, h int, q []float32, nq int, o 
 		return c.decode(ctx, s, q, c.n, false, o, out, lse)
 	}
 	var pat flash.Pattern
-	if c.cfg.Window > 0 {
+	if c.cfg.Window > 0 && c.ev == nil {
 		pat = cachedWindow{c, s.N}
 	}
 	return flash.New(flash.Config{}).ForwardKV(ctx, s, q, cacheKV{c}, o, pat, out, lse)
@@ -257,6 +318,7 @@ type decodeScratch struct {
 	// fused, for g > streamGroup, runs spans without window masks
 	// through the fused attention kernel.
 	fused *fusedDecode
+	q4    *i4Scratch // for I4 blocks, made on first use
 }
 
 // scratchPool keeps decode scratch between steps: a step of a few
@@ -360,7 +422,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 // checkRows reports whether some held row has left the window of the
 // newest query, so that the decode kernels must check rows one by one.
 func (c *Cache) checkRows() bool {
-	return c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
+	return c.ev == nil && c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
 }
 
 // touch reads every 64-byte line of nb stored K and V rows from element
@@ -408,13 +470,16 @@ func (c *Cache) touch(sc *decodeScratch, off, nb int) {
 		sc.sink += simd.ReadSum(c.kf[off:][:n]) + simd.ReadSum(c.vf[off:][:n])
 	case I8:
 		sc.sink += float32(touchLines(c.kq[off:][:n], 64) + touchLines(c.vq[off:][:n], 64))
+	case I4:
+		off, n := off/2, n/2
+		sc.sink += float32(touchLines(c.k4[off:][:n], 64) + touchLines(c.v4[off:][:n], 64))
 	default:
 		sc.sink += float32(touchLines(c.kh[off:][:n], 32) + touchLines(c.vh[off:][:n], 32))
 	}
 }
 
 // touchLines sums x[0], x[per], x[2·per], … with four independent chains.
-func touchLines[T float32 | uint16 | int8](x []T, per int) T {
+func touchLines[T float32 | uint16 | int8 | uint8](x []T, per int) T {
 	var s0, s1, s2, s3 T
 	i := 0
 	for ; i+4*per <= len(x); i += 4 * per {
@@ -437,6 +502,8 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	st, d := c.stride, c.cfg.D
 	n := nb * st
 	switch {
+	case c.cfg.DType == I4:
+		c.scoresI4(sc, off, nb, g)
 	case c.cfg.DType == F32 && nextN == 0:
 		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d)
 	case c.cfg.DType == F32:
@@ -481,6 +548,8 @@ func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	}
 	w := (c.cfg.D + 7) &^ 7
 	switch c.cfg.DType {
+	case I4:
+		c.valuesI4(sc, off, nb, g)
 	case F32:
 		simd.GemmPF(g, w, nb, sc.s, decodeBlock, c.vf[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vf[nextOff:][:nextN*st])
 	case BF16:
@@ -511,6 +580,13 @@ func (c *Cache) widenRows(dst []float32, values bool, off, nb int) {
 		simd.WidenF16(dst[:n], h[off:][:n])
 	case I8:
 		simd.WidenI8(dst[:n], q[off:][:n], scales[off/c.stride:][:nb], c.stride)
+	case I4:
+		st, d := c.stride, c.cfg.D
+		for r := range nb {
+			row := dst[r*st:][:st]
+			c.readRowI4(row, values, off/st+r)
+			clear(row[d:])
+		}
 	}
 }
 
@@ -520,8 +596,19 @@ type cacheKV struct{ c *Cache }
 func (kv cacheKV) PackK(dst []float32, ld, b, kvh, j0, n int) {
 	c := kv.c
 	d := c.cfg.D
+	var row []float32
+	if c.cfg.DType == I4 {
+		row = make([]float32, d)
+	}
 	for j := range n {
 		off := ((b*c.cfg.HKV+kvh)*c.cap + j0 + j) * c.stride
+		if row != nil {
+			c.readRowI4(row, false, off/c.stride)
+			for i, x := range row {
+				dst[i*ld+j] = x
+			}
+			continue
+		}
 		if c.cfg.DType == I8 { // the row's scale once
 			f := c.ks[off/c.stride]
 			for i, x := range c.kq[off:][:d] {
@@ -541,8 +628,12 @@ func (kv cacheKV) PackV(dst []float32, ld, b, kvh, j0, n int) {
 	for j := range n {
 		off := ((b*c.cfg.HKV+kvh)*c.cap + j0 + j) * c.stride
 		row := dst[j*ld:][:d]
-		if c.cfg.DType == I8 {
+		switch c.cfg.DType {
+		case I8:
 			simd.WidenI8(row, c.vq[off:][:d], c.vs[off/c.stride:][:1], d)
+			continue
+		case I4:
+			c.readRowI4(row, true, off/c.stride)
 			continue
 		}
 		for i := range row {
@@ -565,6 +656,10 @@ func (c *Cache) at(v bool, i int) float32 {
 		return half.F16ToF32(h[i])
 	case I8:
 		return float32(q[i]) * s[i/c.stride]
+	case I4:
+		row := make([]float32, c.cfg.D)
+		c.readRowI4(row, v, i/c.stride)
+		return row[i%c.stride]
 	}
 	return f[i]
 }

@@ -1,8 +1,10 @@
 package kvcache
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
 
 	"github.com/attnkit/attn"
@@ -20,6 +22,13 @@ const (
 	// I8 stores each row of K and of V as int8 codes and one float32
 	// scale, max|x|/127: each value is within scale/2 of code·scale.
 	I8
+	// I4 stores 4-bit codes, two a byte, asymmetric in groups that share
+	// a float32 scale and zero (x ≈ zero + scale·code, code 0…15, each
+	// value within scale/2): values per token in groups of 64 channels,
+	// keys per channel in groups of 64 consecutive positions, the group
+	// being filled kept in float32 until it completes (KIVI). See the
+	// package documentation.
+	I4
 )
 
 func (t DType) String() string {
@@ -32,30 +41,60 @@ func (t DType) String() string {
 		return "f16"
 	case I8:
 		return "i8"
+	case I4:
+		return "i4"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(t))
 }
 
 // Size returns the bytes per element (for I8, not counting the float32
-// scale of each row).
+// scale of each row), rounded up: I4's half a byte reports 1. Bits is
+// exact.
 func (t DType) Size() int {
 	switch t {
 	case F32:
 		return 4
-	case I8:
+	case I8, I4:
 		return 1
 	}
 	return 2
 }
 
-// ParseDType parses "f32", "bf16", "f16" or "i8".
+// Bits returns the bits per stored element, not counting scales.
+func (t DType) Bits() int {
+	if t == I4 {
+		return 4
+	}
+	return 8 * t.Size()
+}
+
+// ParseDType parses "f32", "bf16", "f16", "i8" or "i4".
 func ParseDType(s string) (DType, error) {
-	for _, t := range []DType{F32, BF16, F16, I8} {
+	for _, t := range []DType{F32, BF16, F16, I8, I4} {
 		if t.String() == s {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown element type %q (want f32, bf16, f16 or i8)", attn.ErrInput, s)
+	return 0, fmt.Errorf("%w: unknown element type %q (want f32, bf16, f16, i8 or i4)", attn.ErrInput, s)
+}
+
+// rotSuffix marks a rotated storage in ParseStorage.
+const rotSuffix = "+rot"
+
+// ParseStorage parses the Storage of an attn.DecodeConfig: "" (F32) or
+// an element type of ParseDType, optionally followed by "+rot" for
+// Config.Rotate ("i4+rot": int4 codes of Hadamard-rotated keys and
+// values).
+func ParseStorage(s string) (DType, bool, error) {
+	base, rot := strings.CutSuffix(s, rotSuffix)
+	if base == "" {
+		if rot {
+			return 0, false, fmt.Errorf("%w: storage %q rotates no element type (want e.g. i4+rot)", attn.ErrInput, s)
+		}
+		return F32, false, nil
+	}
+	t, err := ParseDType(base)
+	return t, rot, err
 }
 
 // ErrFull is wrapped by the error of an append past Config.MaxLen.
@@ -79,6 +118,22 @@ type Config struct {
 	// Sinks is the number of first positions a windowed cache never
 	// evicts.
 	Sinks int
+	// Rotate stores keys and values rotated by a fixed orthonormal
+	// Hadamard transform with sign flips, queries rotated alike and
+	// outputs rotated back (see rotation): attention is unchanged up to
+	// rounding, and the outlier channels that coarsen low-bit codes are
+	// spread over their block. Read returns rows rotated back.
+	Rotate bool
+	// Evict, with a Window, bounds the cache by a policy (see Policy):
+	// besides the Sinks and the last Window positions, it keeps the Keep
+	// positions that the policy scores highest, separately for each KV
+	// head. A query then sees every held position, its chunk's own
+	// causally: the window protects positions from eviction rather than
+	// masking them.
+	Evict Policy
+	// Keep is the number of positions past the sinks and the window that
+	// an evicting cache keeps (H2O's heavy hitters, SnapKV's selection).
+	Keep int
 }
 
 // Cache is one layer's key/value cache. It is not safe for concurrent use.
@@ -91,6 +146,17 @@ type Cache struct {
 	kh, vh []uint16
 	kq, vq []int8    // I8 codes
 	ks, vs []float32 // I8 scales, [B][Hkv][capacity]: row r's is ks[r/stride]
+	// I4 (see int4.go): packed codes [B][Hkv][capacity][stride/2]; value
+	// scales and zeros [B][Hkv][capacity][chanGroups]; key scales and
+	// zeros per channel [B][Hkv][keyGroups][stride], or per token (ktok)
+	// as values; the float32 keys of the open key group [B][Hkv][i4KeyGroup][stride].
+	k4, v4             []uint8
+	k4s, k4z, v4s, v4z []float32
+	kres               []float32
+	ktok               bool
+	rot                *rotation   // nil without Config.Rotate
+	ev                 *evictState // nil without Config.Evict
+	rq, rk, rv         []float32   // rotated copies of a step's rows
 }
 
 // New returns an empty cache.
@@ -104,10 +170,16 @@ func New(cfg Config) (*Cache, error) {
 		}
 	}
 	switch {
-	case cfg.DType > I8:
+	case cfg.DType > I4:
 		return nil, fmt.Errorf("%w: kvcache element type %v", attn.ErrInput, cfg.DType)
-	case cfg.Capacity < 0 || cfg.MaxLen < 0 || cfg.Window < 0 || cfg.Sinks < 0:
-		return nil, fmt.Errorf("%w: kvcache Capacity, MaxLen, Window and Sinks must be >= 0", attn.ErrInput)
+	case cfg.Capacity < 0 || cfg.MaxLen < 0 || cfg.Window < 0 || cfg.Sinks < 0 || cfg.Keep < 0:
+		return nil, fmt.Errorf("%w: kvcache Capacity, MaxLen, Window, Sinks and Keep must be >= 0", attn.ErrInput)
+	case cfg.Evict > SnapKV:
+		return nil, fmt.Errorf("%w: kvcache eviction policy %v", attn.ErrInput, cfg.Evict)
+	case cfg.Evict != NoEvict && (cfg.Window == 0 || cfg.Keep == 0):
+		return nil, fmt.Errorf("%w: kvcache eviction (%v) needs a Window and Keep > 0, got Window = %d, Keep = %d", attn.ErrInput, cfg.Evict, cfg.Window, cfg.Keep)
+	case cfg.Evict == NoEvict && cfg.Keep > 0:
+		return nil, fmt.Errorf("%w: kvcache Keep = %d needs an eviction policy", attn.ErrInput, cfg.Keep)
 	case cfg.Sinks > 0 && cfg.Window == 0:
 		return nil, fmt.Errorf("%w: kvcache Sinks = %d needs a Window", attn.ErrInput, cfg.Sinks)
 	case cfg.Window > 0 && cfg.MaxLen > 0:
@@ -119,15 +191,19 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("%w: kvcache D = %d is too large", attn.ErrShape, cfg.D)
 	}
 	c.stride = (cfg.D + perLine - 1) / perLine * perLine
+	if cfg.DType == I4 {
+		c.stride = i4Stride(cfg.D)
+		c.ktok = cfg.Evict != NoEvict
+	}
 	c.cap = cfg.Capacity
 	if c.cap == 0 {
 		c.cap = 256
 	}
 	if cfg.Window > 0 {
-		if cfg.Window > maxBytes || cfg.Sinks > maxBytes {
-			return nil, fmt.Errorf("%w: kvcache Window = %d, Sinks = %d: too many positions", attn.ErrInput, cfg.Window, cfg.Sinks)
+		if cfg.Window > maxBytes || cfg.Sinks > maxBytes || cfg.Keep > maxBytes {
+			return nil, fmt.Errorf("%w: kvcache Window = %d, Sinks = %d, Keep = %d: too many positions", attn.ErrInput, cfg.Window, cfg.Sinks, cfg.Keep)
 		}
-		c.cap = cfg.Sinks + cfg.Window
+		c.cap = cfg.Sinks + cfg.Window + cfg.Keep
 	} else if cfg.MaxLen > 0 {
 		c.cap = min(c.cap, cfg.MaxLen)
 	}
@@ -137,6 +213,12 @@ func New(cfg Config) (*Cache, error) {
 	if !fitsBytes(2*c.cfg.DType.Size(), cfg.B, cfg.HKV, c.cap, c.stride) {
 		return nil, fmt.Errorf("%w: kvcache of B = %d, Hkv = %d, D = %d and %d positions allocated at once needs more than 2^40 bytes",
 			attn.ErrInput, cfg.B, cfg.HKV, cfg.D, c.cap)
+	}
+	if cfg.Rotate {
+		c.rot = newRotation(cfg.D)
+	}
+	if cfg.Evict != NoEvict {
+		c.ev = &evictState{policy: cfg.Evict}
 	}
 	c.alloc(c.cap)
 	return c, nil
@@ -167,27 +249,55 @@ func (c *Cache) Config() Config { return c.cfg }
 // older ones may have been evicted.
 func (c *Cache) Len() int { return c.n }
 
-// Held returns the number of positions stored now: Len without a window,
-// at most Sinks+Window with one.
-func (c *Cache) Held() int { return min(c.n, c.cap) }
-
-// Bytes returns the memory the keys and values occupy (with I8, their
-// scales included).
-func (c *Cache) Bytes() int {
-	rows := 2 * c.cfg.B * c.cfg.HKV * c.cap
-	if c.cfg.DType == I8 {
-		return rows * (c.stride + 4)
+// Held returns the number of positions stored now (in each KV head): Len
+// without a window, at most Sinks+Window with one, at most
+// Sinks+Window+Keep between steps with eviction (more while SnapKV takes
+// a prompt).
+func (c *Cache) Held() int {
+	if c.ev != nil {
+		return c.ev.held
 	}
-	return rows * c.stride * c.cfg.DType.Size()
+	return min(c.n, c.cap)
+}
+
+// Bytes returns the memory the keys and values occupy (with I8 and I4,
+// their scales and I4's float32 residual included; with eviction, each
+// row's position and score).
+func (c *Cache) Bytes() int {
+	heads := c.cfg.B * c.cfg.HKV
+	rows := 2 * heads * c.cap
+	var n int
+	switch c.cfg.DType {
+	case I8:
+		n = rows * (c.stride + 4)
+	case I4:
+		n = c.bytesI4()
+	default:
+		n = rows * c.stride * c.cfg.DType.Size()
+	}
+	if c.ev != nil {
+		n += heads * c.cap * 16
+	}
+	return n
 }
 
 // Reset empties the cache, keeping its memory.
-func (c *Cache) Reset() { c.n = 0 }
+func (c *Cache) Reset() {
+	c.n = 0
+	if c.ev != nil {
+		c.ev.reset()
+	}
+}
 
 // alloc makes room for rows positions per head, keeping what is stored.
 func (c *Cache) alloc(rows int) {
 	heads := c.cfg.B * c.cfg.HKV
+	if c.ev != nil {
+		c.ev.grow(heads, c.cap, rows)
+	}
 	switch c.cfg.DType {
+	case I4:
+		c.allocI4(rows)
 	case I8:
 		n := heads * rows * c.stride
 		nk, nv := aligned[int8](n), aligned[int8](n)
@@ -225,7 +335,7 @@ func (c *Cache) alloc(rows int) {
 
 // aligned returns n elements starting on a 64-byte boundary, on huge
 // pages where the system allows: the decode step streams them.
-func aligned[T float32 | uint16 | int8](n int) []T {
+func aligned[T float32 | uint16 | int8 | uint8](n int) []T {
 	size := int(unsafe.Sizeof(T(0)))
 	pad := 64 / size
 	buf := make([]T, n+pad)
@@ -256,13 +366,73 @@ func (c *Cache) position(r int) int {
 	return newest - back
 }
 
-// Append stores n new positions: k and v are [B][Hkv][n][D].
+// Append stores n new positions: k and v are [B][Hkv][n][D]. An evicting
+// cache scores them 0 (H2O: no query has attended them); for SnapKV more
+// than one position is a prompt, kept whole until the next single
+// position, which compresses it first (see Compress).
 func (c *Cache) Append(k, v []float32, n int) error {
 	want := c.cfg.B * c.cfg.HKV * n * c.cfg.D
 	if n < 0 || len(k) != want || len(v) != want {
 		return fmt.Errorf("%w: Append of %d positions wants len(K) = len(V) = B·Hkv·n·D = %d, got %d and %d",
 			attn.ErrShape, n, want, len(k), len(v))
 	}
+	if err := c.checkFull(n); err != nil {
+		return err
+	}
+	if c.ev != nil && n == 1 {
+		if err := c.compressPrompt(context.Background(), 0); err != nil {
+			return err
+		}
+	}
+	k, v = c.rotateKV(k, v)
+	if c.ev != nil {
+		return c.evictAppend(k, v, n, nil)
+	}
+	return c.appendRows(k, v, n)
+}
+
+// checkFull returns ErrFull if n more positions would pass MaxLen.
+func (c *Cache) checkFull(n int) error {
+	if c.cfg.Window == 0 && c.cfg.MaxLen > 0 && c.n+n > c.cfg.MaxLen {
+		return fmt.Errorf("%w: %d + %d positions exceed MaxLen = %d", ErrFull, c.n, n, c.cfg.MaxLen)
+	}
+	return nil
+}
+
+// rotateKV returns k and v rotated for storage (copies), or themselves
+// without Config.Rotate.
+func (c *Cache) rotateKV(k, v []float32) ([]float32, []float32) {
+	if c.rot == nil {
+		return k, v
+	}
+	c.rk = append(c.rk[:0], k...)
+	c.rv = append(c.rv[:0], v...)
+	c.rot.rows(c.rk, false)
+	c.rot.rows(c.rv, false)
+	return c.rk, c.rv
+}
+
+// rotateQ returns q rotated (a copy), or q itself without Config.Rotate.
+func (c *Cache) rotateQ(q []float32) []float32 {
+	if c.rot == nil {
+		return q
+	}
+	c.rq = append(c.rq[:0], q...)
+	c.rot.rows(c.rq, false)
+	return c.rq
+}
+
+// unrotate rotates rows of D values computed against rotated values
+// (attention outputs) back, in place.
+func (c *Cache) unrotate(x []float32) {
+	if c.rot != nil {
+		c.rot.rows(x, true)
+	}
+}
+
+// appendRows stores n positions (rotated already) in a cache without
+// eviction.
+func (c *Cache) appendRows(k, v []float32, n int) error {
 	if c.cfg.Window == 0 && c.n+n > c.cap {
 		if c.cfg.MaxLen > 0 && c.n+n > c.cfg.MaxLen {
 			return fmt.Errorf("%w: %d + %d positions exceed MaxLen = %d", ErrFull, c.n, n, c.cfg.MaxLen)
@@ -280,12 +450,20 @@ func (c *Cache) Append(k, v []float32, n int) error {
 		c.alloc(rows)
 	}
 	d := c.cfg.D
+	// With a window only the last Window positions of a long chunk
+	// survive; earlier ones past the sinks would be overwritten anyway.
+	// I4 keys quantised per channel start at the key group of the first
+	// survivor, whose rows must all pass through the residual.
+	skipHi := c.n + n - c.cfg.Window
+	if c.cfg.DType == I4 && !c.ktok && c.cfg.Window > 0 && skipHi > c.cfg.Sinks {
+		s1 := c.slot(skipHi)
+		_, lo, _ := c.keyGroup(s1)
+		skipHi -= s1 - lo
+	}
 	for h := range c.cfg.B * c.cfg.HKV {
 		for i := range n {
-			// With a window only the last Window positions of a long
-			// chunk survive; earlier ones would be overwritten anyway.
 			p := c.n + i
-			if c.cfg.Window > 0 && p >= c.cfg.Sinks && p < c.n+n-c.cfg.Window {
+			if c.cfg.Window > 0 && p >= c.cfg.Sinks && p < skipHi {
 				continue
 			}
 			row := (h*c.cap + c.slot(p)) * c.stride
@@ -315,6 +493,28 @@ func (c *Cache) store(row int, k, v []float32) {
 	case I8:
 		c.ks[row/c.stride] = quantize(c.kq[row:][:len(k)], k)
 		c.vs[row/c.stride] = quantize(c.vq[row:][:len(v)], v)
+	case I4:
+		c.storeI4(row/c.stride, k, v)
+	}
+}
+
+// moveRow copies stored row src to row dst (both head·cap + slot).
+func (c *Cache) moveRow(dst, src int) {
+	st := c.stride
+	a, b := dst*st, src*st
+	switch c.cfg.DType {
+	case F32:
+		copy(c.kf[a:][:st], c.kf[b:][:st])
+		copy(c.vf[a:][:st], c.vf[b:][:st])
+	case I8:
+		copy(c.kq[a:][:st], c.kq[b:][:st])
+		copy(c.vq[a:][:st], c.vq[b:][:st])
+		c.ks[dst], c.vs[dst] = c.ks[src], c.vs[src]
+	case I4:
+		c.moveRowI4(dst, src)
+	default:
+		copy(c.kh[a:][:st], c.kh[b:][:st])
+		copy(c.vh[a:][:st], c.vh[b:][:st])
 	}
 }
 

@@ -238,7 +238,7 @@ func TestErrors(t *testing.T) {
 		{B: 1, HKV: 0, D: 1},
 		{B: 1, HKV: 1, D: 0},
 		{B: 1, HKV: 1, D: 1, DType: 9},
-		{B: 1, HKV: 1, D: 1, DType: I8 + 1},
+		{B: 1, HKV: 1, D: 1, DType: I4 + 1},
 		{B: 1, HKV: 1, D: 1, Capacity: -1},
 		{B: 1, HKV: 1, D: 1, Sinks: 2},
 		{B: 1, HKV: 1, D: 1, Window: 2, MaxLen: 5},

@@ -11,7 +11,9 @@ import (
 // Decoder is exact causal attention as an attn.Decoder: one Cache per
 // sequence, so that sequences of a batch may hold different lengths
 // (ragged prompts, FlashAttention's cache_seqlens). With cfg.Window it is
-// the sliding window with sinks of Cache.
+// the sliding window with sinks of Cache; with cfg.Evict and cfg.Keep, the
+// bounded cache of that policy (see Policy). cfg.Storage is parsed by
+// ParseStorage: an element type, and "+rot" for Config.Rotate.
 type Decoder struct {
 	cfg    attn.DecodeConfig
 	caches []*Cache
@@ -25,14 +27,16 @@ func NewDecoder(cfg attn.DecodeConfig) (*Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dt := F32
-	if cfg.Storage != "" {
-		var err error
-		if dt, err = ParseDType(cfg.Storage); err != nil {
-			return nil, err
-		}
+	dt, rot, err := ParseStorage(cfg.Storage)
+	if err != nil {
+		return nil, err
 	}
-	cc := Config{B: 1, HKV: cfg.HKV, D: cfg.D, DType: dt, Window: cfg.Window, Sinks: cfg.Sinks}
+	ev, err := ParsePolicy(cfg.Evict)
+	if err != nil {
+		return nil, err
+	}
+	cc := Config{B: 1, HKV: cfg.HKV, D: cfg.D, DType: dt, Window: cfg.Window, Sinks: cfg.Sinks,
+		Rotate: rot, Evict: ev, Keep: cfg.Keep}
 	if cfg.Window == 0 {
 		cc.MaxLen = cfg.MaxLen
 		if cfg.MaxLen > 0 {
@@ -74,6 +78,18 @@ func (d *Decoder) Reset() {
 // Cache returns the cache of sequence b, for callers that attend to it
 // directly (the decode benchmark's Attend).
 func (d *Decoder) Cache(b int) *Cache { return d.caches[b] }
+
+// Compress ends a SnapKV prompt in every sequence now rather than at its
+// next single position (see Cache.Compress); it does nothing for other
+// policies.
+func (d *Decoder) Compress(ctx context.Context) error {
+	for b, c := range d.caches {
+		if err := c.Compress(ctx, d.cfg.Workers); err != nil {
+			return fmt.Errorf("sequence %d: %w", b, err)
+		}
+	}
+	return nil
+}
 
 // Step implements attn.Decoder.
 func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []int, out, lse []float32) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/attnkit/attn"
@@ -23,9 +24,26 @@ import (
 
 // Holds reports whether the key and value of position j are stored now:
 // j < Len, and with a window j is a sink or one of the last Window
-// positions.
+// positions. With eviction it reports whether every KV head holds j.
 func (c *Cache) Holds(j int) bool {
-	return j >= 0 && j < c.n && c.holdsRange(j, j+1)
+	if j < 0 || j >= c.n {
+		return false
+	}
+	if c.ev != nil {
+		for bh := range c.cfg.B * c.cfg.HKV {
+			if !slices.Contains(c.ev.pos[bh*c.cap:][:c.ev.held], j) {
+				return false
+			}
+		}
+		return true
+	}
+	return c.holdsRange(j, j+1)
+}
+
+// errEvicting is returned by the calls that address positions by their
+// place in a ring, which an evicting cache does not keep.
+func errEvicting(what string) error {
+	return fmt.Errorf("%w: kvcache %s of an evicting cache, whose heads hold different positions", attn.ErrUnsupported, what)
 }
 
 // holdsRange reports whether every position of [lo, hi), within [0, Len),
@@ -42,6 +60,9 @@ func (c *Cache) holdsRange(lo, hi int) bool {
 // float32 (widened or dequantised as Attend reads them), into k and v,
 // each [B][Hkv][hi-lo][D]. Every position must be held.
 func (c *Cache) Read(k, v []float32, lo, hi int) error {
+	if c.ev != nil {
+		return errEvicting("Read")
+	}
 	if lo < 0 || hi < lo || hi > c.n || !c.holdsRange(lo, hi) {
 		return fmt.Errorf("%w: kvcache Read of positions [%d, %d): the cache holds %d positions (window %d, sinks %d)",
 			attn.ErrInput, lo, hi, c.n, c.cfg.Window, c.cfg.Sinks)
@@ -60,6 +81,8 @@ func (c *Cache) Read(k, v []float32, lo, hi int) error {
 			c.readRow(v[dst:][:d], true, off)
 		}
 	}
+	c.unrotate(k)
+	c.unrotate(v)
 	return nil
 }
 
@@ -80,6 +103,8 @@ func (c *Cache) readRow(dst []float32, values bool, off int) {
 		simd.WidenF16(dst, h[off:][:d])
 	case I8:
 		simd.WidenI8(dst, q[off:][:d], s[off/c.stride:][:1], d)
+	case I4:
+		c.readRowI4(dst, values, off/c.stride)
 	}
 }
 
@@ -182,6 +207,9 @@ func (c *Cache) plan(ranges []flash.Range) rangePlan {
 // does not depend on o.Workers. o.Causal is ignored; o.KVLen is not
 // supported.
 func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ranges []flash.Range, pat flash.Pattern, o attn.Options, out, lse []float32) error {
+	if c.ev != nil {
+		return errEvicting("AttendRanges")
+	}
 	s, err := c.shape(h, 1, max(c.Held(), 1))
 	if err != nil {
 		return err
@@ -213,6 +241,7 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 	if lse == nil {
 		lse = make([]float32, s.LSELen())
 	}
+	q = c.rotateQ(q)
 	pl := c.plan(ranges)
 	if len(pl.blocks) == 0 {
 		clear(out)
@@ -268,12 +297,15 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 			mergeSpans(out[row*s.D:][:s.D], &lse[row], partOut[(bh*spans*g+r)*s.D:], partLSE[bh*spans*g+r:], spans, g*s.D, g)
 		}
 	}
+	c.unrotate(out)
 	return nil
 }
 
 // rangeScratch is one AttendRanges worker's memory: the decode scratch and
 // a one-head cache of decodeBlock rows that gathered blocks are copied
-// into, so that the same kernels read them.
+// into, so that the same kernels read them. For I4, whose keys share
+// scales with their neighbours, the gathered rows are dequantised into a
+// float32 one.
 type rangeScratch struct {
 	dec *decodeScratch
 	gc  *Cache
@@ -282,11 +314,15 @@ type rangeScratch struct {
 var rangePool sync.Pool // *rangeScratch
 
 func (c *Cache) getRangeScratch(g int) *rangeScratch {
+	dt := c.cfg.DType
+	if dt == I4 {
+		dt = F32
+	}
 	if sc, ok := rangePool.Get().(*rangeScratch); ok && sc.dec.g == g && sc.gc.stride == c.stride &&
-		sc.gc.cfg.DType == c.cfg.DType && sc.gc.cfg.D == c.cfg.D {
+		sc.gc.cfg.DType == dt && sc.gc.cfg.D == c.cfg.D {
 		return sc
 	}
-	gc := &Cache{cfg: Config{B: 1, HKV: 1, D: c.cfg.D, DType: c.cfg.DType}, stride: c.stride}
+	gc := &Cache{cfg: Config{B: 1, HKV: 1, D: c.cfg.D, DType: dt}, stride: c.stride}
 	gc.alloc(decodeBlock)
 	return &rangeScratch{dec: newDecodeScratch(g, c.stride), gc: gc}
 }
@@ -305,6 +341,9 @@ func (c *Cache) gatherRows(gc *Cache, rows []gatherRow, bh int) {
 			copy(gc.kq[dst:][:st], c.kq[src:][:st])
 			copy(gc.vq[dst:][:st], c.vq[src:][:st])
 			gc.ks[r], gc.vs[r] = c.ks[src/st], c.vs[src/st]
+		case I4:
+			c.readRowI4(gc.kf[dst:][:c.cfg.D], false, src/st)
+			c.readRowI4(gc.vf[dst:][:c.cfg.D], true, src/st)
 		default:
 			copy(gc.kh[dst:][:st], c.kh[src:][:st])
 			copy(gc.vh[dst:][:st], c.vh[src:][:st])

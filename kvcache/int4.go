@@ -1,0 +1,480 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/attnkit/attn/internal/simd"
+)
+
+// Int4 storage (I4), after KIVI (Liu et al. 2024): asymmetric 4-bit codes
+// in groups that share a float32 scale and zero, x ≈ zero + scale·code
+// with code in 0…15.
+//
+// Values are quantised per token: each stored row's channels in groups of
+// i4ChanGroup, one scale and zero a group, as soon as the row arrives.
+// Keys are quantised per channel: i4KeyGroup consecutive rows of a head
+// share, channel by channel, one scale and zero, because the outliers of
+// keys sit in fixed channels and a scale per channel keeps one outlier
+// channel from coarsening all the others. A group is quantised when its
+// last row arrives; until then its rows wait in full precision in a
+// residual of i4KeyGroup float32 rows per head (KIVI's residual), which
+// the kernels read as float32. In a ring (Window), the group being
+// refilled still holds the codes of the positions not yet overwritten,
+// under the scales they were quantised with; those are replaced together
+// when the group completes.
+//
+// An evicting cache refills single rows in an order that differs between
+// heads, so no run of rows can share per-channel scales: its keys are
+// quantised per token, as values are (Config.Rotate then spreads outlier
+// channels, which is what scales per channel were for).
+//
+// Two codes share a byte, split rather than interleaved: byte i of a row
+// holds channel i in its low nibble and channel i+stride/2 in its high
+// one, so that unpacking a row is two masks and a shift of 8 bytes at a
+// time, writing channels in order. The kernels unpack a block of rows to
+// int8 and run the int8 kernels of package simd on it; for keys quantised
+// per channel the group's scales are folded into the queries (q'_c =
+// q_c·scale_c, plus Σ q_c·zero_c a score), for values the probabilities
+// are multiplied by each row's scale of a channel group, then the group's
+// columns go through GemmI8, and Σ_j p_j·zero_j is added to them.
+const (
+	// i4KeyGroup is the number of consecutive rows whose keys share
+	// scales per channel.
+	i4KeyGroup = 64
+	// i4ChanGroup is the number of channels of a row (values, and keys
+	// of an evicting cache) that share a scale and a zero.
+	i4ChanGroup = 64
+)
+
+// i4Stride is the row length of an I4 cache in codes: D rounded up to 16,
+// so that a packed row is a whole number of 8-byte words.
+func i4Stride(d int) int { return (d + 15) &^ 15 }
+
+// chanGroups returns the number of channel groups of a row of d.
+func chanGroups(d int) int { return (d + i4ChanGroup - 1) / i4ChanGroup }
+
+// params4 returns the scale and zero of the 4-bit codes of values in
+// [lo, hi]: zero = lo, scale = (hi-lo)/15 rounded up to float32 (so that
+// hi's code is 15 without clamping), stepped down where zero + 15·scale
+// would overflow (so that a range wider than the largest float32, values
+// of both signs near it, is clamped). Equal bounds give scale 0: every
+// value is zero exactly.
+// bad (a NaN or an infinity among the values) gives NaN for both, so that
+// NaN propagates through attention as it would in float32.
+func params4(lo, hi float32, bad bool) (scale, zero float32) {
+	if bad {
+		nan := float32(math.NaN())
+		return nan, nan
+	}
+	r := float64(hi) - float64(lo)
+	if r == 0 {
+		return 0, lo
+	}
+	scale = float32(r / 15)
+	if float64(scale)*15 < r {
+		scale = math.Nextafter32(scale, float32(math.Inf(1)))
+	}
+	for math.IsInf(float64(15*scale), 0) || math.IsInf(float64(lo+15*scale), 0) {
+		scale = math.Nextafter32(scale, 0)
+	}
+	return scale, lo
+}
+
+// inv4 returns the reciprocal the codes are computed with: 0 for a scale
+// of 0 or NaN (all codes 0).
+func inv4(scale float32) float64 {
+	if !(scale > 0) {
+		return 0
+	}
+	return 1 / float64(scale)
+}
+
+// code4 returns the code of x: round((x-zero)/scale), ties to even,
+// clamped to 0…15.
+func code4(x, zero float32, inv float64) uint8 {
+	c := math.RoundToEven((float64(x) - float64(zero)) * inv)
+	return uint8(max(0, min(15, c)))
+}
+
+// setCode4 puts code into channel c of a packed row of pw bytes (whose
+// nibble is 0).
+func setCode4(row []uint8, c int, code uint8, pw int) {
+	if c < pw {
+		row[c] |= code
+	} else {
+		row[c-pw] |= code << 4
+	}
+}
+
+// getCode4 returns the code of channel c of a packed row of pw bytes.
+func getCode4(row []uint8, c, pw int) uint8 {
+	if c < pw {
+		return row[c] & 15
+	}
+	return row[c-pw] >> 4
+}
+
+// rangeOf returns the least and greatest of x and whether x holds a NaN
+// or an infinity.
+func rangeOf(x []float32) (lo, hi float32, bad bool) {
+	lo, hi = float32(math.Inf(1)), float32(math.Inf(-1))
+	for _, v := range x {
+		if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
+			bad = true
+		}
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi, bad
+}
+
+// quantRow4 quantises x (one row of D values) per token: channel group cg
+// gets scale[cg] and zero[cg], and row (pw bytes) the codes.
+func quantRow4(row []uint8, scale, zero []float32, x []float32, pw int) {
+	clear(row)
+	for cg := range scale {
+		c0, c1 := cg*i4ChanGroup, min(len(x), (cg+1)*i4ChanGroup)
+		lo, hi, bad := rangeOf(x[c0:c1])
+		s, z := params4(lo, hi, bad)
+		scale[cg], zero[cg] = s, z
+		inv := inv4(s)
+		for c := c0; c < c1; c++ {
+			setCode4(row, c, code4(x[c], z, inv), pw)
+		}
+	}
+}
+
+// unpack4 widens rows packed rows of pw bytes (src, contiguous) to rows of
+// 2·pw codes (dst, contiguous), channels in order.
+func unpack4(dst, src []uint8, rows, pw int) {
+	const m = 0x0F0F0F0F0F0F0F0F
+	for r := range rows {
+		s := src[r*pw:][:pw]
+		d := dst[2*r*pw:][:2*pw]
+		lo, hi := d[:pw], d[pw:]
+		for i := 0; i+8 <= pw; i += 8 {
+			x := binary.LittleEndian.Uint64(s[i:])
+			binary.LittleEndian.PutUint64(lo[i:], x&m)
+			binary.LittleEndian.PutUint64(hi[i:], x>>4&m)
+		}
+	}
+}
+
+// asInt8 views codes 0…15 as int8 for the int8 kernels.
+func asInt8(b []uint8) []int8 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int8)(unsafe.Pointer(&b[0])), len(b))
+}
+
+// keyGroups returns the number of per-channel key groups over rows rows
+// per head: the sinks in groups of i4KeyGroup, then the rest.
+func (c *Cache) keyGroups(rows int) int {
+	s := min(c.cfg.Sinks, rows)
+	g := i4KeyGroup
+	return (s+g-1)/g + (rows-s+g-1)/g
+}
+
+// keyGroup returns the per-channel key group of slot s: its index and
+// its slots [lo, hi). Groups tile the sinks, then the ring (the last one
+// of each cut short at its end) or, without a window, all rows.
+func (c *Cache) keyGroup(s int) (gi, lo, hi int) {
+	const g = i4KeyGroup
+	sinks, w := c.cfg.Sinks, c.cfg.Window
+	if s < sinks {
+		gi = s / g
+		lo = gi * g
+		return gi, lo, min(lo+g, sinks)
+	}
+	t := (s - sinks) / g
+	lo = sinks + t*g
+	hi = lo + g
+	if w > 0 {
+		hi = min(hi, sinks+w)
+	}
+	return (sinks+g-1)/g + t, lo, hi
+}
+
+// openGroup returns the slots [lo, wr) of the key group being filled,
+// which sit in the residual: wr is the slot the next position goes to.
+func (c *Cache) openGroup() (lo, wr int) {
+	wr = c.slot(c.n)
+	_, lo, _ = c.keyGroup(wr)
+	return lo, wr
+}
+
+// allocI4 makes room for rows positions per head of an I4 cache, keeping
+// what is stored.
+func (c *Cache) allocI4(rows int) {
+	heads := c.cfg.B * c.cfg.HKV
+	pw := c.stride / 2
+	ng := chanGroups(c.cfg.D)
+	k4, v4 := aligned[uint8](heads*rows*pw), aligned[uint8](heads*rows*pw)
+	v4s, v4z := make([]float32, heads*rows*ng), make([]float32, heads*rows*ng)
+	var k4s, k4z []float32
+	kper := ng // scales a head-row (per token) or a head-group (per channel)
+	krows, okrows := rows, c.cap
+	if !c.ktok {
+		kper = c.stride
+		krows, okrows = c.keyGroups(rows), c.keyGroups(c.cap)
+		if c.kres == nil {
+			c.kres = make([]float32, heads*i4KeyGroup*c.stride)
+		}
+	}
+	k4s, k4z = make([]float32, heads*krows*kper), make([]float32, heads*krows*kper)
+	if c.k4 != nil {
+		held := c.Held()
+		for h := range heads {
+			copy(k4[h*rows*pw:], c.k4[h*c.cap*pw:][:held*pw])
+			copy(v4[h*rows*pw:], c.v4[h*c.cap*pw:][:held*pw])
+			copy(v4s[h*rows*ng:], c.v4s[h*c.cap*ng:][:held*ng])
+			copy(v4z[h*rows*ng:], c.v4z[h*c.cap*ng:][:held*ng])
+			copy(k4s[h*krows*kper:], c.k4s[h*okrows*kper:][:okrows*kper])
+			copy(k4z[h*krows*kper:], c.k4z[h*okrows*kper:][:okrows*kper])
+		}
+	}
+	c.k4, c.v4, c.v4s, c.v4z, c.k4s, c.k4z = k4, v4, v4s, v4z, k4s, k4z
+}
+
+// bytesI4 is Bytes of an I4 cache, without eviction's bookkeeping.
+func (c *Cache) bytesI4() int {
+	heads := c.cfg.B * c.cfg.HKV
+	ng := chanGroups(c.cfg.D)
+	n := 2 * heads * c.cap * (c.stride / 2) // codes
+	n += heads * c.cap * ng * 8             // value scales and zeros
+	if c.ktok {
+		return n + heads*c.cap*ng*8
+	}
+	return n + heads*c.keyGroups(c.cap)*c.stride*8 + len(c.kres)*4
+}
+
+// storeI4 stores one position's key and value rows in row (head·cap +
+// slot). Rows of a head must arrive in slot order within a key group.
+func (c *Cache) storeI4(row int, k, v []float32) {
+	pw := c.stride / 2
+	ng := chanGroups(c.cfg.D)
+	quantRow4(c.v4[row*pw:][:pw], c.v4s[row*ng:][:ng], c.v4z[row*ng:][:ng], v, pw)
+	if c.ktok {
+		quantRow4(c.k4[row*pw:][:pw], c.k4s[row*ng:][:ng], c.k4z[row*ng:][:ng], k, pw)
+		return
+	}
+	bh, s := row/c.cap, row%c.cap
+	gi, lo, hi := c.keyGroup(s)
+	copy(c.kres[(bh*i4KeyGroup+s-lo)*c.stride:][:c.cfg.D], k)
+	if s+1 == hi {
+		c.closeKeyGroup(bh, gi, lo, hi)
+	}
+}
+
+// closeKeyGroup quantises the residual rows of head bh, slots [lo, hi)
+// of key group gi, per channel.
+func (c *Cache) closeKeyGroup(bh, gi, lo, hi int) {
+	st, pw, d := c.stride, c.stride/2, c.cfg.D
+	m := hi - lo
+	res := c.kres[bh*i4KeyGroup*st:][:m*st]
+	codes := c.k4[(bh*c.cap+lo)*pw:][:m*pw]
+	clear(codes)
+	ng := c.keyGroups(c.cap)
+	scale := c.k4s[(bh*ng+gi)*st:][:st]
+	zero := c.k4z[(bh*ng+gi)*st:][:st]
+	for ch := range d {
+		lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+		bad := false
+		for r := range m {
+			v := res[r*st+ch]
+			if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
+				bad = true
+			}
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		s, z := params4(lo, hi, bad)
+		scale[ch], zero[ch] = s, z
+		inv := inv4(s)
+		for r := range m {
+			setCode4(codes[r*pw:][:pw], ch, code4(res[r*st+ch], z, inv), pw)
+		}
+	}
+}
+
+// readRowI4 writes the stored key (values false) or value row of row
+// (head·cap + slot) into dst (D values), dequantised: zero + scale·code
+// in float32, or the residual's float32 for a key not yet quantised.
+func (c *Cache) readRowI4(dst []float32, values bool, row int) {
+	pw, d := c.stride/2, c.cfg.D
+	codes, scale, zero := c.v4, c.v4s, c.v4z
+	if !values {
+		codes, scale, zero = c.k4, c.k4s, c.k4z
+	}
+	packed := codes[row*pw:][:pw]
+	if values || c.ktok {
+		ng := chanGroups(d)
+		for i := range dst[:d] {
+			cg := row*ng + i/i4ChanGroup
+			dst[i] = zero[cg] + scale[cg]*float32(getCode4(packed, i, pw))
+		}
+		return
+	}
+	bh, s := row/c.cap, row%c.cap
+	if lo, wr := c.openGroup(); s >= lo && s < wr {
+		copy(dst[:d], c.kres[(bh*i4KeyGroup+s-lo)*c.stride:][:d])
+		return
+	}
+	gi, _, _ := c.keyGroup(s)
+	g := (bh*c.keyGroups(c.cap) + gi) * c.stride
+	for i := range dst[:d] {
+		dst[i] = zero[g+i] + scale[g+i]*float32(getCode4(packed, i, pw))
+	}
+}
+
+// moveRowI4 copies the stored row src to dst (rows head·cap + slot) of an
+// evicting cache (keys per token).
+func (c *Cache) moveRowI4(dst, src int) {
+	pw, ng := c.stride/2, chanGroups(c.cfg.D)
+	copy(c.k4[dst*pw:][:pw], c.k4[src*pw:][:pw])
+	copy(c.v4[dst*pw:][:pw], c.v4[src*pw:][:pw])
+	copy(c.k4s[dst*ng:][:ng], c.k4s[src*ng:][:ng])
+	copy(c.k4z[dst*ng:][:ng], c.k4z[src*ng:][:ng])
+	copy(c.v4s[dst*ng:][:ng], c.v4s[src*ng:][:ng])
+	copy(c.v4z[dst*ng:][:ng], c.v4z[src*ng:][:ng])
+}
+
+// i4Scratch is a decode worker's memory for I4 blocks.
+type i4Scratch struct {
+	u  []uint8   // [decodeBlock][stride] unpacked codes
+	qf []float32 // [g][stride] queries times a key group's scales
+	z  []float32 // [g] or [g][chanGroups] query sums against zeros
+	pt []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
+}
+
+func (sc *decodeScratch) i4() *i4Scratch {
+	if sc.q4 == nil {
+		ng := chanGroups(sc.stride)
+		sc.q4 = &i4Scratch{
+			u:  make([]uint8, decodeBlock*sc.stride),
+			qf: make([]float32, sc.g*sc.stride),
+			z:  make([]float32, sc.g*ng),
+			pt: make([]float32, ng*sc.g*decodeBlock),
+		}
+	}
+	return sc.q4
+}
+
+// scoresI4 is scores for an I4 cache: the block of nb rows from element
+// offset off (row·stride) is cut where key groups and the residual begin
+// and end, and each piece scored on its own.
+func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
+	st, pw, d := c.stride, c.stride/2, c.cfg.D
+	row0 := off / st
+	bh, s0 := row0/c.cap, row0%c.cap
+	x := sc.i4()
+	if c.ktok {
+		c.scoresI4Token(sc, x, row0, nb, g)
+		return
+	}
+	rlo, wr := c.openGroup()
+	nk := c.keyGroups(c.cap)
+	for j := 0; j < nb; {
+		s := s0 + j
+		gi, _, hi := c.keyGroup(s)
+		end := min(nb, hi-s0)
+		if s >= rlo && s < wr { // the residual: float32 keys
+			end = min(end, wr-s0)
+			res := c.kres[(bh*i4KeyGroup+s-rlo)*st:][:(end-j-1)*st+d]
+			simd.DotRows(sc.s[j:], decodeBlock, sc.q, st, g, res, st, end-j, d)
+			j = end
+			continue
+		}
+		m := end - j
+		scale := c.k4s[(bh*nk+gi)*st:][:d]
+		zero := c.k4z[(bh*nk+gi)*st:][:d]
+		for r := range g {
+			q := sc.q[r*st:][:d]
+			qf := x.qf[r*st:][:d]
+			for i, v := range q {
+				qf[i] = v * scale[i]
+			}
+			x.z[r] = simd.Dot(q, zero)
+		}
+		unpack4(x.u, c.k4[(row0+j)*pw:], m, pw)
+		simd.DotRowsI8(sc.s[j:], decodeBlock, x.qf, st, g, asInt8(x.u[:(m-1)*st+d]), st, m, d)
+		for r := range g {
+			z := x.z[r]
+			for i := range m {
+				sc.s[r*decodeBlock+j+i] += z
+			}
+		}
+		j = end
+	}
+}
+
+// scoresI4Token scores keys quantised per token: a dot product of codes
+// per channel group, each times its row's scale, plus the group's zero
+// times the query's sum over the group.
+func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) {
+	st, pw, d := c.stride, c.stride/2, c.cfg.D
+	ng := chanGroups(d)
+	unpack4(x.u, c.k4[row0*pw:], nb, pw)
+	u := asInt8(x.u)
+	for cg := range ng {
+		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
+		w := c1 - c0
+		simd.DotRowsI8(x.pt[cg*g*decodeBlock:], decodeBlock, sc.q[c0:], st, g, u[c0:][:(nb-1)*st+w], st, nb, w)
+		for r := range g {
+			var sum float32
+			for _, v := range sc.q[r*st+c0 : r*st+c1] {
+				sum += v
+			}
+			x.z[r*ng+cg] = sum
+		}
+	}
+	scale, zero := c.k4s[row0*ng:][:nb*ng], c.k4z[row0*ng:][:nb*ng]
+	for r := range g {
+		sr := sc.s[r*decodeBlock:][:nb]
+		clear(sr)
+		for cg := range ng {
+			pt := x.pt[(cg*g+r)*decodeBlock:][:nb]
+			qz := x.z[r*ng+cg]
+			for j := range sr {
+				sr[j] += scale[j*ng+cg]*pt[j] + zero[j*ng+cg]*qz
+			}
+		}
+	}
+}
+
+// valuesI4 is values for an I4 cache: per channel group, the
+// probabilities times each row's scale through GemmI8 on the unpacked
+// codes, then Σ_j p_j·zero_j added to the group's columns.
+func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
+	st, pw, d := c.stride, c.stride/2, c.cfg.D
+	row0 := off / st
+	ng := chanGroups(d)
+	x := sc.i4()
+	unpack4(x.u, c.v4[row0*pw:], nb, pw)
+	u := asInt8(x.u)
+	scale, zero := c.v4s[row0*ng:][:nb*ng], c.v4z[row0*ng:][:nb*ng]
+	for cg := range ng {
+		c0 := cg * i4ChanGroup
+		w := (min(d, c0+i4ChanGroup) - c0 + 7) &^ 7
+		pt := x.pt[:g*decodeBlock]
+		for r := range g {
+			p := sc.s[r*decodeBlock:][:nb]
+			ps := pt[r*decodeBlock:][:nb]
+			var z float32
+			for j, v := range p {
+				ps[j] = v * scale[j*ng+cg]
+				z += v * zero[j*ng+cg]
+			}
+			x.z[r] = z
+		}
+		simd.GemmI8(g, w, nb, pt, decodeBlock, u[c0:][:(nb-1)*st+w], st, sc.acc[c0:], st, true, nil)
+		for r := range g {
+			if z := x.z[r]; z != 0 {
+				for i := range sc.acc[r*st+c0 : r*st+c0+w] {
+					sc.acc[r*st+c0+i] += z
+				}
+			}
+		}
+	}
+}
