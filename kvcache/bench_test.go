@@ -11,15 +11,20 @@ import (
 )
 
 // BenchmarkAttend times one decode step (H = 32, D = 128) and reports the
-// bytes of K and V read per second.
+// bytes of K and V read per second (scales, zeros and I4's residual
+// included). i4+rot is I4 with Config.Rotate.
 func BenchmarkAttend(b *testing.B) {
 	const h, d = 32, 128
-	for _, dt := range []DType{F32, BF16, F16, I8} {
+	for _, st := range []string{"f32", "bf16", "f16", "i8", "i4", "i4+rot"} {
+		dt, rot, err := ParseStorage(st)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for _, hkv := range []int{8, 1} {
 			for _, n := range []int{1024, 16384, 65536} {
-				b.Run(fmt.Sprintf("%v/hkv%d/len%d", dt, hkv, n), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/hkv%d/len%d", st, hkv, n), func(b *testing.B) {
 					rng := rand.New(rand.NewPCG(1, 1))
-					c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Capacity: n})
+					c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -36,10 +41,7 @@ func BenchmarkAttend(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					bytes := float64(2 * hkv * n * d * dt.Size())
-					if dt == I8 {
-						bytes += float64(2 * hkv * n * 4) // the scales
-					}
+					bytes := float64(c.Bytes())
 					b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 				})
 			}

@@ -5,9 +5,9 @@
 //
 // One Cache serves one attention layer: K and V are each
 // [B][Hkv][capacity][stride] with stride = D rounded up so that every row
-// starts on a 64-byte boundary. Elements are float32, bfloat16, binary16
-// or int8 (DType); compact elements are widened inside the kernel, one
-// tile at a time, never ahead of it. Capacity grows by doubling, so
+// starts on a 64-byte boundary. Elements are float32, bfloat16, binary16,
+// int8 or int4 (DType); compact elements are widened inside the kernel,
+// one tile at a time, never ahead of it. Capacity grows by doubling, so
 // appending T positions one by one copies O(T) elements in all.
 //
 // I8 quantises each stored row of K and of V on its own, symmetrically:
@@ -20,6 +20,38 @@
 // scores and to the probabilities, one multiply a key rather than one a
 // value; the fused tile path widens a block of codes times their scales
 // to float32.
+//
+// I4 packs two 4-bit codes a byte, asymmetric (x ≈ zero + scale·code,
+// code 0…15, within scale/2) in groups that share a float32 scale and
+// zero, as KIVI (Liu et al. 2024) does: values per token, each row's
+// channels in groups of 64; keys per channel, each channel over groups of
+// 64 consecutive rows, since the outliers of keys sit in fixed channels.
+// The rows of the key group being filled wait in a float32 residual
+// until the group completes. At D = 128 that is 0.625 bytes an element of
+// K and of V, scales included (int8: 1.03). On Gaussian inputs, where
+// every channel spans its range, a group of 64 steps by about a third of
+// a standard deviation, so that each value is off by about 9% rms and the
+// attention output by over 10%; the concentrated attention and
+// structured keys of trained models fare better. Its
+// kernels unpack a block of codes to int8 and run the int8 kernels, the
+// key scales folded into the queries and the value scales into the
+// probabilities; they are Go, not assembly, so the step is bound by the
+// unpacking and the int8 arithmetic rather than by memory. An evicting
+// cache quantises keys per token too (see int4.go).
+//
+// # Rotation
+//
+// Config.Rotate ("+rot" in a Storage string, ParseStorage) stores R·k and
+// R·v for a fixed orthonormal R, a Walsh–Hadamard transform over blocks of
+// the largest power of two dividing D after seeded sign flips (QuaRot,
+// Ashkboos et al. 2024): queries are rotated alike, which leaves q·k as it
+// was, and outputs rotated back. Attention is unchanged up to rounding;
+// what changes is where the outliers are. Spread over all channels of
+// their block, an outlier channel no longer sets the step of the codes of
+// every other channel of its row, which cuts the error of values (and of
+// keys quantised per token) with outlier channels; keys quantised per
+// channel confine an outlier to its channel already, and a rotation keeps
+// the sum of their squared errors.
 //
 // # Attention
 //
@@ -55,6 +87,19 @@
 // forever ("attention sinks", Xiao et al. 2023). The query at position p
 // sees key j when j <= p and (j > p-W or j < Sinks). Memory is then fixed
 // at Sinks+W rows per head however long the sequence grows.
+//
+// # Eviction
+//
+// Config.Evict bounds a windowed cache by a policy (Policy; attn's
+// DecodeConfig.Evict and Keep): H2O keeps, besides the Sinks and the last
+// Window positions, the Keep positions that have received the most
+// attention, summed over steps and over the query heads of a KV head;
+// SnapKV holds a prompt whole, then keeps the Keep positions its last
+// queries (the observation window) attend to most, max-pooled over
+// neighbours. Each KV head keeps its own positions, in rows of any order
+// with their positions and scores, and a query sees every held row: the
+// window protects positions rather than masks them. Eviction happens
+// after a step's queries were attended, so a chunk sees itself whole.
 //
 // # Errors
 //
