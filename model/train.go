@@ -130,6 +130,10 @@ func NewTrainer(w *Weights, tc TrainConfig) (*Trainer, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
+	// The backward pass differentiates the plain llama equations only.
+	if err := w.plainLlama(); err != nil {
+		return nil, err
+	}
 	cfg := w.Config.WithDefaults()
 	tc = tc.withDefaults(cfg)
 	switch {
