@@ -82,10 +82,10 @@ func (r *rule) Index(_ *scratch, b, kvh, n int) {
 	cfg := r.st.Config()
 	dd, page := cfg.D, r.m.page
 	i := b*cfg.HKV + kvh
-	k := r.st.Head(b, kvh).K
+	hd := r.st.Head(b, kvh)
 	summ := r.summ[i]
 	for p := r.indexed[i]; p < n; p++ {
-		key := k[p*dd : (p+1)*dd]
+		key := hd.K(p)
 		if p%page == 0 {
 			summ = append(summ, key...)
 			summ = append(summ, key...)
@@ -211,7 +211,7 @@ func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32)
 	sc.logits = grow(sc.logits, g*total)
 	off := 0
 	for _, s := range sc.ranges {
-		simd.DotRows(sc.logits[off:], total, sc.q, dd, g, hd.K[s.lo*dd:], dd, s.hi-s.lo, dd)
+		simd.DotRows(sc.logits[off:], total, sc.q, dd, g, hd.Keys(s.lo), hd.Stride(), s.hi-s.lo, dd)
 		off += s.hi - s.lo
 	}
 	sc.acc = grow(sc.acc, g*dd)
@@ -227,13 +227,13 @@ func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32)
 	for _, s := range sc.ranges {
 		n := s.hi - s.lo
 		if dd%simd.Panel == 0 {
-			simd.Gemm(g, dd, n, sc.logits[off:], total, hd.V[s.lo*dd:], dd, sc.acc, dd, true)
+			simd.Gemm(g, dd, n, sc.logits[off:], total, hd.Values(s.lo), hd.Stride(), sc.acc, dd, true)
 		} else {
 			for h := range g {
 				acc := sc.acc[h*dd : (h+1)*dd]
 				for t, w := range sc.logits[h*total+off : h*total+off+n] {
 					if w != 0 {
-						simd.Axpy(w, hd.V[(s.lo+t)*dd:][:dd], acc)
+						simd.Axpy(w, hd.V(s.lo+t), acc)
 					}
 				}
 			}

@@ -48,10 +48,32 @@ type Rule[S any] interface {
 }
 
 // Head holds the keys and values of one sequence and key/value head,
-// rows [positions][D].
+// interleaved: row j of KV ([positions][2][D]) is key j, then value j.
+// A decode rule that gathers scattered positions then finds a value next
+// to its key, one run of memory for the prefetchers to bring in.
 type Head struct {
-	K, V []float32
+	KV []float32
+	d  int
 }
+
+// K returns key row j.
+func (h *Head) K(j int) []float32 { return h.KV[2*j*h.d:][:h.d] }
+
+// V returns value row j.
+func (h *Head) V(j int) []float32 { return h.KV[(2*j+1)*h.d:][:h.d] }
+
+// Keys returns the keys from position j on, for kernels that take rows
+// of stride Stride.
+func (h *Head) Keys(j int) []float32 { return h.KV[2*j*h.d:] }
+
+// Values returns the values from position j on, of stride Stride.
+func (h *Head) Values(j int) []float32 { return h.KV[(2*j+1)*h.d:] }
+
+// Stride is the distance between consecutive keys (and values).
+func (h *Head) Stride() int { return 2 * h.d }
+
+// Len returns the positions stored.
+func (h *Head) Len() int { return len(h.KV) / (2 * h.d) }
 
 // Store is the float32 cache of a batch of sequences.
 type Store struct {
@@ -102,7 +124,11 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	case cfg.MaxLen > limit:
 		return nil, fmt.Errorf("%w: %s: decode MaxLen = %d past %d positions", attn.ErrUnsupported, name, cfg.MaxLen, limit)
 	}
-	return &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}, nil
+	st := &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}
+	for i := range st.heads {
+		st.heads[i].d = cfg.D
+	}
+	return st, nil
 }
 
 // New returns a decoder over st with rule r.
@@ -114,7 +140,7 @@ func New[S any](st *Store, r Rule[S]) *Decoder[S] {
 func (d *Decoder[S]) Bytes() int {
 	n := 0
 	for _, h := range d.heads {
-		n += 4 * (cap(h.K) + cap(h.V))
+		n += 4 * cap(h.KV)
 	}
 	return n + d.rule.Bytes()
 }
@@ -122,7 +148,7 @@ func (d *Decoder[S]) Bytes() int {
 // Reset empties every sequence, keeping the memory.
 func (d *Decoder[S]) Reset() {
 	for i := range d.heads {
-		d.heads[i].K, d.heads[i].V = d.heads[i].K[:0], d.heads[i].V[:0]
+		d.heads[i].KV = d.heads[i].KV[:0]
 	}
 	clear(d.lens)
 	d.rule.Reset()
@@ -156,10 +182,33 @@ func (d *Decoder[S]) store(k, v []float32, n int, counts []int) {
 		for kvh := range hkv {
 			h := d.Head(b, kvh)
 			src := (b*hkv + kvh) * n * dd
-			h.K = append(h.K, k[src:src+nb*dd]...)
-			h.V = append(h.V, v[src:src+nb*dd]...)
+			h.KV = d.appendRows(h.KV, k[src:src+nb*dd], v[src:src+nb*dd])
 		}
 	}
+}
+
+// appendRows appends key and value rows to buf, interleaved, doubling
+// its capacity (up to MaxLen) when it runs out: append's growth of a
+// quarter for large slices would copy a long cache every few thousand
+// tokens, inside a decode step.
+func (d *Decoder[S]) appendRows(buf, k, v []float32) []float32 {
+	dd := d.cfg.D
+	n := len(buf)
+	if need := n + 2*len(k); need > cap(buf) {
+		c := max(need, 2*cap(buf), 512*dd)
+		if d.cfg.MaxLen > 0 {
+			c = max(need, min(c, 2*d.cfg.MaxLen*dd))
+		}
+		nb := make([]float32, n, c)
+		copy(nb, buf)
+		buf = nb
+	}
+	buf = buf[:n+2*len(k)]
+	for i := range len(k) / dd {
+		copy(buf[n+2*i*dd:][:dd], k[i*dd:])
+		copy(buf[n+(2*i+1)*dd:][:dd], v[i*dd:])
+	}
+	return buf
 }
 
 // truncate drops what store appended past the committed lengths.
@@ -168,7 +217,7 @@ func (d *Decoder[S]) truncate() {
 	for b, l := range d.lens {
 		for kvh := range d.cfg.HKV {
 			h := d.Head(b, kvh)
-			h.K, h.V = h.K[:l*dd], h.V[:l*dd]
+			h.KV = h.KV[:2*l*dd]
 		}
 	}
 }
@@ -398,20 +447,18 @@ type seqKV struct {
 }
 
 func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
-	d := kv.st.cfg.D
-	k := kv.st.Head(kv.b, kvh).K[j0*d : (j0+n)*d]
+	h := kv.st.Head(kv.b, kvh)
 	for j := range n {
-		for c, x := range k[j*d : (j+1)*d] {
+		for c, x := range h.K(j0 + j) {
 			dst[c*ld+j] = x
 		}
 	}
 }
 
 func (kv seqKV) PackV(dst []float32, ld, _, kvh, j0, n int) {
-	d := kv.st.cfg.D
-	v := kv.st.Head(kv.b, kvh).V[j0*d : (j0+n)*d]
+	h := kv.st.Head(kv.b, kvh)
 	for j := range n {
-		copy(dst[j*ld:][:d], v[j*d:(j+1)*d])
+		copy(dst[j*ld:], h.V(j0+j))
 	}
 }
 

@@ -23,7 +23,7 @@ func (r *exactRule) Bytes() int            { return 8 * len(r.indexed) }
 
 func (r *exactRule) Index(_ []float64, b, kvh, n int) {
 	cfg := r.st.Config()
-	if n != r.st.Len(b) || n*cfg.D != len(r.st.Head(b, kvh).K) {
+	if n != r.st.Len(b) || n != r.st.Head(b, kvh).Len() {
 		panic("Index past the committed positions")
 	}
 	r.indexed[b*cfg.HKV+kvh] = n
@@ -32,7 +32,7 @@ func (r *exactRule) Index(_ []float64, b, kvh, n int) {
 func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 	cfg := r.st.Config()
 	d, g := cfg.D, cfg.H/cfg.HKV
-	if r.indexed[b*cfg.HKV+kvh] != p || len(r.st.Head(b, kvh).K) != (p+1)*d {
+	if r.indexed[b*cfg.HKV+kvh] != p || r.st.Head(b, kvh).Len() != p+1 {
 		panic("Decode without the earlier positions indexed or its own stored")
 	}
 	hd := r.st.Head(b, kvh)
@@ -43,7 +43,7 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 		for j := range logits {
 			var s float64
 			for c := range d {
-				s += float64(q[h*d+c]) * float64(hd.K[j*d+c])
+				s += float64(q[h*d+c]) * float64(hd.K(j)[c])
 			}
 			logits[j] = s * scale
 			mx = max(mx, logits[j])
@@ -54,7 +54,7 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 			w := math.Exp(l - mx)
 			sum += w
 			for c := range d {
-				acc[c] += w * float64(hd.V[j*d+c])
+				acc[c] += w * float64(hd.V(j)[c])
 			}
 		}
 		for c := range d {
