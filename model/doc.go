@@ -52,16 +52,18 @@
 // Mechanisms that approximate softmax attention fall back to exact
 // attention below their own length threshold (their parameter min).
 // Under the causal mask no key after position t reaches the output at t,
-// whatever the mechanism; LSH-sorted ones (reformer, hyper) choose which
-// earlier keys a query sees from all queries of the sequence, so outputs
-// at t may change when later tokens do (see their packages), and a
-// patched model's logits at t then depend on the length of the pass.
+// and nothing after t changes the output at t, whatever the mechanism:
+// the LSH-sorted ones (reformer, hyper) choose a query's keys by rules
+// that read the prefix only (reformer's causal=nonstrict, which sorts all
+// positions, is the one exception, and says so).
 //
 // # Files
 //
-// ReadGGUF and WriteGGUF read and write GGUF version 3 files of the
-// llama architecture (tensors F32, F16, BF16 or Q8_0, dequantised at load;
-// the SentencePiece tokenizer stored in the file), through package gguf;
+// ReadGGUF and WriteGGUF read and write GGUF version 3 files of the llama
+// (1, 2, 3.x with rope scaling and rope_freqs), mistral (sliding window)
+// and qwen2 (Q/K/V biases, NeoX rotary) architectures, through package
+// gguf; quantised tensors (the Q4/Q5/Q8 and k-quant families, IQ4) are
+// dequantised once at load to float32, 4 bytes a weight;
 // ReadLlama2C and WriteLlama2C read and write llama2.c checkpoints (run.c's
 // format) and package tokenizer reads its tokenizer.bin; Open picks the
 // format from the file's magic. Every reader checks sizes before
