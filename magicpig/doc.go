@@ -39,22 +39,26 @@
 //	u(k) = P(Binomial(L, (1 - θ/π)^K) >= T)
 //
 // computed in closed form (the binomial head or tail, whichever does not
-// cancel). The sampled keys S enter the softmax with their importance
-// weights 1/u:
+// cancel; for cosines in [-0.6, 0.9] interpolated in a table of that
+// function, within 10⁻⁶ of log u). The sampled keys S enter the softmax
+// with their importance weights 1/u:
 //
 //	Z = Σ_window e^{q·k} + Σ_{k∈S} e^{q·k}/u(k)
 //	o = (Σ_window e^{q·k} v + Σ_{k∈S} e^{q·k}/u(k) v) / Z
 //
 // that is, softmax over the window and S with log u(k) subtracted from
-// the sampled logits, the two parts merged by their log-sum-exp. Both
-// sums over S are unbiased estimates (Horvitz–Thompson, over the draw of
-// the hyperplanes) of the sums over all the older keys; their ratio is
-// the paper's self-normalised estimate, consistent as L grows. The lse
-// returned is log Z. The paper adds 10⁻⁴ to u against rare keys' large
-// weights; this package keeps the exact 1/u, so that the sums stay
-// unbiased. The paper also centres the keys by their mean over the
-// prompt before hashing; this package hashes them as they are, so that
-// a key's buckets never change once it is appended.
+// the sampled logits: the exact part for the whole GQA group at once,
+// the samples head by head (an online softmax, each sample's value used
+// while its key, stored next to it, is in cache), the two merged by
+// their log-sum-exp. Both sums over S are unbiased estimates
+// (Horvitz–Thompson, over the draw of the hyperplanes) of the sums over
+// all the older keys; their ratio is the paper's self-normalised
+// estimate, consistent as L grows. The lse returned is log Z. The paper
+// adds 10⁻⁴ to u against rare keys' large weights; this package keeps
+// the exact 1/u, so that the sums stay unbiased. The paper also centres
+// the keys by their mean over the prompt before hashing; this package
+// hashes them as they are, so that a key's buckets never change once it
+// is appended.
 //
 // With Bits 0 every key falls in the one bucket of every table, u = 1,
 // and the estimate is exact attention; so it is when the sinks and the
