@@ -133,11 +133,7 @@ func (c *Cache) h2oAttend(ctx context.Context, h int, q []float32, o attn.Option
 			rows := make([]scoreQuery, g)
 			for r := range rows {
 				hd := b*h + kvh*g + r
-				x := make([]float32, d)
-				for j, v := range q[hd*d:][:d] {
-					x[j] = v * o.Scale
-				}
-				rows[r] = scoreQuery{q: x, lse: lse[hd], pos: c.n - 1}
+				rows[r] = scoreQuery{q: q[hd*d:][:d], scale: o.Scale, lse: lse[hd], pos: c.n - 1}
 			}
 			c.scoreHeld(sc, bh, rows, add[bh*held:][:held])
 			return nil

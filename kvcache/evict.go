@@ -333,7 +333,7 @@ func (c *Cache) Compress(ctx context.Context, workers int) error {
 					for x, p := range e.obsP {
 						if p >= 0 {
 							i := hd*len(e.obsP) + x
-							rows = append(rows, scoreQuery{q: e.obsQ[i*c.cfg.D:][:c.cfg.D], lse: e.obsL[i], pos: p})
+							rows = append(rows, scoreQuery{q: e.obsQ[i*c.cfg.D:][:c.cfg.D], scale: 1, lse: e.obsL[i], pos: p})
 						}
 					}
 				}
@@ -398,12 +398,13 @@ func (c *Cache) recordObs(h int, q []float32, n int, scale float32, lse []float3
 	}
 }
 
-// scoreQuery is one query row of a scoring pass: scaled (and rotated),
-// with its lse and position.
+// scoreQuery is one query row of a scoring pass (rotated), with its lse
+// and position; its logits are scale·q·k.
 type scoreQuery struct {
-	q   []float32
-	lse float32
-	pos int
+	q     []float32
+	scale float32
+	lse   float32
+	pos   int
 }
 
 // scoreScratch is a scoring worker's memory.
@@ -463,7 +464,7 @@ func (c *Cache) scoreTile(sc *scoreScratch, rows []scoreQuery, kb []float32, ldk
 				if at(j) > x.pos {
 					sr[j] = float32(math.Inf(-1))
 				} else {
-					sr[j] -= x.lse
+					sr[j] = sr[j]*x.scale - x.lse
 				}
 			}
 			simd.Exp(sr, sr)
@@ -490,16 +491,11 @@ func (c *Cache) h2oScores(ctx context.Context, h int, q, k []float32, n int, o a
 		func() *scoreScratch { return newScoreScratch(c.stride) },
 		func(sc *scoreScratch, bh int) error {
 			b, kvh := bh/c.cfg.HKV, bh%c.cfg.HKV
-			qs := make([]float32, g*n*d)
 			rows := make([]scoreQuery, 0, g*n)
 			for r := range g {
 				hd := b*h + kvh*g + r
 				for i := range n {
-					x := qs[(r*n+i)*d:][:d]
-					for j, v := range q[(hd*n+i)*d:][:d] {
-						x[j] = v * o.Scale
-					}
-					rows = append(rows, scoreQuery{q: x, lse: lse[hd*n+i], pos: c.n + i})
+					rows = append(rows, scoreQuery{q: q[(hd*n+i)*d:][:d], scale: o.Scale, lse: lse[hd*n+i], pos: c.n + i})
 				}
 			}
 			c.scoreHeld(sc, bh, rows, heldScores[bh*held:][:held])

@@ -542,18 +542,32 @@ func TestRotationOutliers(t *testing.T) {
 // TestI4AttendRanges checks sparse decoding from I4 caches against the
 // stored rows: long runs read in place across key groups and the
 // residual, single columns gathered (dequantised into a float32 block),
-// and a range that is not Full.
+// a range that is not Full; and in a ring with sinks, whose runs wrap.
 func TestI4AttendRanges(t *testing.T) {
 	rng := ref.FreshRNG(t, 28)
 	const h, hkv, d, n = 6, 2, 40, 231
-	for _, rot := range []bool{false, true} {
+	for _, tc := range []struct {
+		rot    bool
+		cfg    Config
+		ranges []flash.Range
+	}{
+		{false, Config{}, nil}, {true, Config{}, nil},
+		{false, Config{Window: 100, Sinks: 3}, []flash.Range{{Lo: 0, Hi: 3, Full: true}, {Lo: 131, Hi: 132, Full: true}, {Lo: 140, Hi: 231, Full: false}}},
+		{true, Config{Window: 150, Sinks: 70}, []flash.Range{{Lo: 0, Hi: 70, Full: true}, {Lo: 81, Hi: 231, Full: true}}},
+	} {
+		rot := tc.rot
 		sq := newSeq(rng, 1, h, hkv, n, d)
-		c, _ := New(Config{B: 1, HKV: hkv, D: d, DType: I4, Rotate: rot})
+		cfg := tc.cfg
+		cfg.B, cfg.HKV, cfg.D, cfg.DType, cfg.Rotate = 1, hkv, d, I4, rot
+		c, _ := New(cfg)
 		if err := c.Append(sq.k, sq.v, n); err != nil {
 			t.Fatal(err)
 		}
-		ranges := []flash.Range{{Lo: 0, Hi: 3, Full: true}, {Lo: 10, Hi: 11, Full: true}, {Lo: 40, Hi: 150, Full: true},
-			{Lo: 160, Hi: 161, Full: true}, {Lo: 170, Hi: 231, Full: false}}
+		ranges := tc.ranges
+		if ranges == nil {
+			ranges = []flash.Range{{Lo: 0, Hi: 3, Full: true}, {Lo: 10, Hi: 11, Full: true}, {Lo: 40, Hi: 150, Full: true},
+				{Lo: 160, Hi: 161, Full: true}, {Lo: 170, Hi: 231, Full: false}}
+		}
 		pat := oddKeys{}
 		out := make([]float32, h*d)
 		lse := make([]float32, h)
@@ -562,8 +576,16 @@ func TestI4AttendRanges(t *testing.T) {
 		}
 		// The reference: the stored rows, masked to the ranges.
 		k, v := make([]float32, hkv*n*d), make([]float32, hkv*n*d)
-		if err := c.Read(k, v, 0, n); err != nil {
-			t.Fatal(err)
+		for _, r := range ranges {
+			m := r.Hi - r.Lo
+			kr, vr := make([]float32, hkv*m*d), make([]float32, hkv*m*d)
+			if err := c.Read(kr, vr, r.Lo, r.Hi); err != nil {
+				t.Fatal(err)
+			}
+			for kv := range hkv {
+				copy(k[(kv*n+r.Lo)*d:][:m*d], kr[kv*m*d:][:m*d])
+				copy(v[(kv*n+r.Lo)*d:][:m*d], vr[kv*m*d:][:m*d])
+			}
 		}
 		s := attn.Shape{B: 1, H: h, HKV: hkv, N: 1, M: n, D: d}
 		mask := make([]bool, n)
@@ -577,10 +599,10 @@ func TestI4AttendRanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		if e := ref.RelErr(out, wantOut); e > 2e-5 {
-			t.Errorf("rotate %v: out rel err %.3g", rot, e)
+			t.Errorf("%+v: out rel err %.3g", cfg, e)
 		}
 		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 2e-5 {
-			t.Errorf("rotate %v: lse rel err %.3g %v", rot, e, err)
+			t.Errorf("%+v: lse rel err %.3g %v", cfg, e, err)
 		}
 	}
 }
@@ -684,4 +706,75 @@ func decodeAll(t *testing.T, sq seq, cfg Config, chunks []int, workers int) []fl
 		t0 = t1
 	}
 	return all
+}
+
+// TestI4AttendShapes is TestAttendShapes for I4 caches against their
+// stored rows: D not a multiple of 16 or 8 (72, 33, 20; the packed row
+// rounded up to 16 codes), groups of 1 to 48 query heads (streaming,
+// fused with a partial panel), several spans, lengths that leave a
+// residual (200, 333) and none (1100 is not a multiple of 64; 128 is).
+func TestI4AttendShapes(t *testing.T) {
+	rng := ref.FreshRNG(t, 30)
+	for _, sh := range []struct{ h, hkv, d, n int }{
+		{8, 8, 72, 200}, {8, 2, 128, 333}, {32, 1, 72, 150}, {6, 2, 33, 130}, {5, 1, 20, 70},
+		{20, 1, 40, 1100}, {48, 2, 24, 130}, {4, 4, 1, 128},
+	} {
+		sq := newSeq(rng, 1, sh.h, sh.hkv, sh.n, sh.d)
+		c, _ := New(Config{B: 1, HKV: sh.hkv, D: sh.d, DType: I4})
+		if err := c.Append(sq.k, sq.v, sh.n); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, sh.h*sh.d)
+		lse := make([]float32, sh.h)
+		if err := c.Attend(context.Background(), sh.h, sq.slice(sq.q, sh.h, sh.n-1, sh.n), attn.Options{Workers: 3}, out, lse); err != nil {
+			t.Fatal(err)
+		}
+		k, v := make([]float32, sh.hkv*sh.n*sh.d), make([]float32, sh.hkv*sh.n*sh.d)
+		if err := c.Read(k, v, 0, sh.n); err != nil {
+			t.Fatal(err)
+		}
+		wantOut, wantLSE := seq{sq.s, sq.q, k, v}.want(sh.n-1, sh.n, 0, 0)
+		if e := ref.RelErr(out, wantOut); e > 2e-5 {
+			t.Errorf("%+v: out rel err %.3g", sh, e)
+		}
+		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 2e-5 {
+			t.Errorf("%+v: lse rel err %.3g %v", sh, e, err)
+		}
+	}
+}
+
+// TestI4Decoder checks that a Decoder with Storage "i4+rot" is the cache
+// of I4 with Rotate, bit for bit, and that a bad Storage is refused.
+func TestI4Decoder(t *testing.T) {
+	rng := ref.FreshRNG(t, 31)
+	const h, hkv, d, n = 6, 2, 40, 90
+	sq := newSeq(rng, 1, h, hkv, n, d)
+	dec, err := NewDecoder(attn.DecodeConfig{B: 1, H: h, HKV: hkv, D: d, Storage: "i4+rot", Window: 50, Sinks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := decodeAll(t, sq, Config{B: 1, HKV: hkv, D: d, DType: I4, Rotate: true, Window: 50, Sinks: 2}, []int{70}, 0)
+	var got []float32
+	t0 := 0
+	for _, m := range []int{70, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1} {
+		out, lse := make([]float32, h*m*d), make([]float32, h*m)
+		if err := dec.Step(context.Background(), sq.slice(sq.q, h, t0, t0+m), sq.slice(sq.k, hkv, t0, t0+m), sq.slice(sq.v, hkv, t0, t0+m), m, nil, out, lse); err != nil {
+			t.Fatal(err)
+		}
+		got = append(append(got, out...), lse...)
+		t0 += m
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d outputs, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("output %d = %v, the cache's %v", i, got[i], want[i])
+		}
+	}
+	for _, s := range []string{"i3", "i4+rotate", "+rot"} {
+		if _, err := NewDecoder(attn.DecodeConfig{B: 1, H: h, HKV: hkv, D: d, Storage: s}); err == nil {
+			t.Errorf("Storage %q accepted", s)
+		}
+	}
 }
