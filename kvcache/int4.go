@@ -310,10 +310,7 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 	packed := codes[row*pw:][:pw]
 	if values || c.ktok {
 		ng := chanGroups(d)
-		for i := range dst[:d] {
-			cg := row*ng + i/i4ChanGroup
-			dst[i] = zero[cg] + scale[cg]*float32(getCode4(packed, i, pw))
-		}
+		dequant4(dst[:d], packed, scale[row*ng:][:ng], zero[row*ng:][:ng], false)
 		return
 	}
 	bh, s := row/c.cap, row%c.cap
@@ -323,8 +320,26 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 	}
 	gi, _, _ := c.keyGroup(s)
 	g := (bh*c.keyGroups(c.cap) + gi) * c.stride
-	for i := range dst[:d] {
-		dst[i] = zero[g+i] + scale[g+i]*float32(getCode4(packed, i, pw))
+	dequant4(dst[:d], packed, scale[g:][:d], zero[g:][:d], true)
+}
+
+// dequant4 sets dst (D values) to the values of a packed row: zero +
+// scale·code, with a scale and zero per channel (perChannel) or per
+// group of i4ChanGroup channels.
+func dequant4(dst []float32, packed []uint8, scale, zero []float32, perChannel bool) {
+	pw, d := len(packed), len(dst)
+	at := func(c int, code uint8) {
+		g := c
+		if !perChannel {
+			g = c / i4ChanGroup
+		}
+		dst[c] = zero[g] + scale[g]*float32(code)
+	}
+	for i, b := range packed[:min(pw, d)] {
+		at(i, b&15)
+		if i+pw < d {
+			at(i+pw, b>>4)
+		}
 	}
 }
 
