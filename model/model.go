@@ -61,7 +61,7 @@ func New(w *Weights, o Options) (*Model, error) {
 	if o.Workers < 0 {
 		return nil, fmt.Errorf("%w: Workers = %d, want >= 0", attn.ErrInput, o.Workers)
 	}
-	if o.Cache > kvcache.I8 {
+	if o.Cache > kvcache.I4 {
 		return nil, fmt.Errorf("%w: cache element type %v", attn.ErrInput, o.Cache)
 	}
 	cfg := w.Config.WithDefaults()

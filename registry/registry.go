@@ -159,11 +159,16 @@ func (e Entry) Effective(settings []string, causal bool) (map[string]string, err
 // cache. A mechanism without one gives an error wrapping
 // attn.ErrUnsupported that says why.
 func NewDecoder(m attn.Mechanism, cfg attn.DecodeConfig) (attn.Decoder, error) {
-	if d, ok := m.(attn.Decodable); ok {
-		return d.NewDecoder(cfg)
-	}
 	if _, ok := m.(*flash.Kernel); ok {
 		return kvcache.NewDecoder(cfg)
+	}
+	// Eviction (H2O, SnapKV) is a policy of exact attention's cache: a
+	// decoder with a rule of its own would ignore it.
+	if cfg.Evict != "" {
+		return nil, fmt.Errorf("%w: %s: eviction (%s) applies to exact attention's KV cache only", attn.ErrUnsupported, m.Name(), cfg.Evict)
+	}
+	if d, ok := m.(attn.Decodable); ok {
+		return d.NewDecoder(cfg)
 	}
 	return nil, fmt.Errorf("%w: %s has no incremental decoder", attn.ErrUnsupported, m.Name())
 }

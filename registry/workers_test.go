@@ -50,7 +50,9 @@ func TestForwardWorkers(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s causal=%v workers=%d: %v", name, causal, w, err)
 				}
-				if why := attn.FallbackOf(m, s, o); why != "" {
+				// The settings above make these approximate; decode-only
+				// mechanisms (quest, magicpig) prefill exactly by design.
+				if why := attn.FallbackOf(m, s, o); why != "" && smallSettings[name] != nil {
 					t.Fatalf("%s causal=%v: fell back (%s); the test should see the approximation", name, causal, why)
 				}
 				if first == nil {

@@ -164,12 +164,9 @@ func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dt := kvcache.F32
-	if cfg.Storage != "" {
-		var err error
-		if dt, err = kvcache.ParseDType(cfg.Storage); err != nil {
-			return nil, err
-		}
+	dt, rot, err := kvcache.ParseStorage(cfg.Storage)
+	if err != nil {
+		return nil, err
 	}
 	d := &decoder{a: a, cfg: cfg, rules: make([]stepRule, cfg.B), caches: make([]*kvcache.Cache, cfg.B)}
 	for b := range d.rules {
@@ -184,7 +181,7 @@ func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if cfg.Window > 0 && (keep < 0 || cfg.Window < keep) {
 		keep = cfg.Window
 	}
-	cc := kvcache.Config{B: 1, HKV: cfg.HKV, D: cfg.D, DType: dt}
+	cc := kvcache.Config{B: 1, HKV: cfg.HKV, D: cfg.D, DType: dt, Rotate: rot}
 	if keep > 0 && cfg.Sinks+keep <= maxRing && (cfg.MaxLen == 0 || cfg.Sinks+keep < cfg.MaxLen) {
 		cc.Window, cc.Sinks = keep, cfg.Sinks
 	} else if cfg.MaxLen > 0 {
