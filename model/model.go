@@ -30,6 +30,10 @@ type Options struct {
 	// Cache is the element type of the KV caches of sessions (default
 	// kvcache.F32).
 	Cache kvcache.DType
+	// CacheRotate stores keys and values rotated by a fixed Hadamard
+	// transform (kvcache.Config.Rotate), which spreads outlier channels
+	// before low-bit storage quantises them.
+	CacheRotate bool
 }
 
 // Model runs a llama-style decoder. It is safe for concurrent use: each
@@ -39,6 +43,7 @@ type Model struct {
 	cfg     Config // w.Config with defaults
 	workers int
 	cache   kvcache.DType
+	rotate  bool
 	exact   *flash.Kernel
 	mechs   []attn.Mechanism // per layer
 	patched []bool           // per layer: a mechanism other than exact
@@ -66,7 +71,7 @@ func New(w *Weights, o Options) (*Model, error) {
 	}
 	cfg := w.Config.WithDefaults()
 	m := &Model{
-		w: w, cfg: cfg, workers: o.Workers, cache: o.Cache,
+		w: w, cfg: cfg, workers: o.Workers, cache: o.Cache, rotate: o.CacheRotate,
 		exact:   flash.New(flash.Config{}),
 		mechs:   make([]attn.Mechanism, cfg.Layers),
 		patched: make([]bool, cfg.Layers),

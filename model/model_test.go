@@ -560,3 +560,37 @@ func TestDecodeFallback(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionStorage decodes through int4 and rotated caches: the logits
+// stay near Forward's, within what the storage's rounding allows.
+func TestSessionStorage(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfigs[0]
+	rng := rand.New(rand.NewPCG(9, 9))
+	tokens := randomTokens(rng, 21, cfg.Vocab)
+	for _, c := range []struct {
+		o   Options
+		tol float64
+	}{{Options{Cache: kvcache.BF16, CacheRotate: true}, 5e-2}, {Options{Cache: kvcache.I4}, 0.5}, {Options{Cache: kvcache.I4, CacheRotate: true}, 0.5}} {
+		m := randomModel(t, cfg, 12, c.o)
+		full := make([]float32, len(tokens)*cfg.Vocab)
+		if err := m.Forward(ctx, tokens, 0, full); err != nil {
+			t.Fatal(err)
+		}
+		sess, err := m.NewSession()
+		if err != nil {
+			t.Fatalf("%+v: %v", c.o, err)
+		}
+		logits := make([]float32, cfg.Vocab)
+		for i := range tokens {
+			if err := sess.Step(ctx, tokens[i:i+1], logits); err != nil {
+				t.Fatal(err)
+			}
+			want := full[i*cfg.Vocab:][:cfg.Vocab]
+			scale := max(1, float64(slices.Max(want)), -float64(slices.Min(want)))
+			if e := maxDiff(logits, want) / scale; !(e <= c.tol) {
+				t.Fatalf("%+v: logits after %d differ from Forward by %.2g", c.o, i, e)
+			}
+		}
+	}
+}

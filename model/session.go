@@ -28,7 +28,11 @@ type Session struct {
 func (m *Model) NewSession() (*Session, error) {
 	c := m.cfg
 	s := &Session{m: m, decs: make([]attn.Decoder, c.Layers)}
-	cfg := attn.DecodeConfig{B: 1, H: c.Heads, HKV: c.KVHeads, D: c.HeadDim(), Workers: m.workers, Storage: m.cache.String()}
+	storage := m.cache.String()
+	if m.rotate {
+		storage += "+rot"
+	}
+	cfg := attn.DecodeConfig{B: 1, H: c.Heads, HKV: c.KVHeads, D: c.HeadDim(), Workers: m.workers, Storage: storage}
 	for l := range c.Layers {
 		d, err := registry.NewDecoder(m.mechs[l], cfg)
 		if err != nil {
