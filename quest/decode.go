@@ -53,9 +53,10 @@ type scratch struct {
 	comb, work []float32
 	mark       []bool
 	ranges     []span
+	blocks     []span    // the ranges cut into blocks
 	logits     []float32 // [g][attended]
 	acc        []float32 // [g][D]
-	sums       []float32 // [g]
+	sums, maxs []float32 // [g] the online softmax's sums and maxima
 }
 
 type span struct{ lo, hi int }
@@ -199,48 +200,69 @@ func (sc *scratch) add(lo, hi int) {
 	sc.ranges = append(sc.ranges, span{lo, hi})
 }
 
+// attendBlock bounds the positions attend takes at a time: their keys
+// and values stay in a core's cache from the scores to the product with
+// the values.
+const attendBlock = 128
+
 // attend computes the softmax of the group's scaled queries over the
-// positions of sc.ranges, exactly.
+// positions of sc.ranges, exactly: an online softmax a block of
+// positions at a time, each block's keys and then values read while the
+// next block's are prefetched.
 func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32) {
-	dd := r.st.Config().D
+	dd, stride := r.st.Config().D, hd.Stride()
+	// The blocks, ranges cut at attendBlock.
+	sc.blocks = sc.blocks[:0]
 	total := 0
 	for _, s := range sc.ranges {
+		for lo := s.lo; lo < s.hi; lo += attendBlock {
+			sc.blocks = append(sc.blocks, span{lo, min(s.hi, lo+attendBlock)})
+		}
 		total += s.hi - s.lo
 	}
 	r.rowsRead.Add(int64(total))
-	sc.logits = grow(sc.logits, g*total)
-	off := 0
-	for _, s := range sc.ranges {
-		simd.DotRows(sc.logits[off:], total, sc.q, dd, g, hd.Keys(s.lo), hd.Stride(), s.hi-s.lo, dd)
-		off += s.hi - s.lo
-	}
+	sc.logits = grow(sc.logits, g*attendBlock)
 	sc.acc = grow(sc.acc, g*dd)
 	clear(sc.acc)
-	sc.sums = grow(sc.sums, g)
+	sc.sums, sc.maxs = grow(sc.sums, g), grow(sc.maxs, g)
 	for h := range g {
-		row := sc.logits[h*total : (h+1)*total]
-		mx := simd.Max(row)
-		sc.sums[h] = simd.ExpSum(row, mx)
-		lse[h] = mx + float32(math.Log(float64(sc.sums[h])))
+		sc.sums[h], sc.maxs[h] = 0, float32(math.Inf(-1))
 	}
-	off = 0
-	for _, s := range sc.ranges {
+	for i, s := range sc.blocks {
 		n := s.hi - s.lo
-		if dd%simd.Panel == 0 {
-			simd.Gemm(g, dd, n, sc.logits[off:], total, hd.Values(s.lo), hd.Stride(), sc.acc, dd, true)
-		} else {
-			for h := range g {
-				acc := sc.acc[h*dd : (h+1)*dd]
-				for t, w := range sc.logits[h*total+off : h*total+off+n] {
-					if w != 0 {
-						simd.Axpy(w, hd.V(s.lo+t), acc)
-					}
+		var pfk, pfv []float32
+		if i+1 < len(sc.blocks) {
+			next := hd.KV[sc.blocks[i+1].lo*stride : sc.blocks[i+1].hi*stride]
+			pfk, pfv = next[:len(next)/2], next[len(next)/2:]
+		}
+		simd.DotRowsPF(sc.logits, n, sc.q, dd, g, hd.Keys(s.lo), stride, n, dd, pfk)
+		for h := range g {
+			row := sc.logits[h*n : (h+1)*n]
+			if m := simd.Max(row); m > sc.maxs[h] {
+				if sc.sums[h] > 0 {
+					f := float32(math.Exp(float64(sc.maxs[h] - m)))
+					simd.Scale(sc.acc[h*dd:(h+1)*dd], f)
+					sc.sums[h] *= f
+				}
+				sc.maxs[h] = m
+			}
+			sc.sums[h] += simd.ExpSum(row, sc.maxs[h])
+		}
+		if dd%8 == 0 {
+			simd.GemmPF(g, dd, n, sc.logits, n, hd.Values(s.lo), stride, sc.acc, dd, true, pfv)
+			continue
+		}
+		for h := range g {
+			acc := sc.acc[h*dd : (h+1)*dd]
+			for t, w := range sc.logits[h*n : (h+1)*n] {
+				if w != 0 {
+					simd.Axpy(w, hd.V(s.lo+t), acc)
 				}
 			}
 		}
-		off += n
 	}
 	for h := range g {
+		lse[h] = sc.maxs[h] + float32(math.Log(float64(sc.sums[h])))
 		inv := 1 / sc.sums[h]
 		for c, x := range sc.acc[h*dd : (h+1)*dd] {
 			out[h*dd+c] = x * inv

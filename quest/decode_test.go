@@ -128,11 +128,12 @@ func refChoice(hs *dectest.History, c Config, b, h, p int) (sees func(j int) boo
 
 func testConfigs() []Config {
 	return []Config{
-		{Page: 5, Budget: 15, Sinks: 3, Recent: 7},
+		{Page: 5, Budget: 15, Sinks: 3, Recent: 7, Group: GroupUnion},
 		{Page: 4, Budget: 9, Sinks: -1, Recent: -1, Group: GroupMax},
 		{Page: 1, Budget: 6, Sinks: 2, Recent: 3},
 		{Page: 7, Budget: 14, Sinks: 9, Recent: 1, Group: GroupMax},
-		{Page: 3, Budget: -1, Sinks: 4, Recent: 5},
+		{Page: 3, Budget: -1, Sinks: 4, Recent: 5, Group: GroupUnion},
+		{Page: 2, Budget: 8, Sinks: 1, Recent: 2},
 	}
 }
 
@@ -183,7 +184,7 @@ func TestDecoderExactWithinBudget(t *testing.T) {
 	for _, st := range steps {
 		total += st.N
 	}
-	for _, qc := range []Config{{Page: 4, Budget: total}, {Page: 5, Budget: 1 << 20, Group: GroupMax}, {Page: 6, Budget: total, Sinks: -1, Recent: -1}} {
+	for _, qc := range []Config{{Page: 4, Budget: total, Group: GroupUnion}, {Page: 5, Budget: 1 << 20, Group: GroupMax}, {Page: 6, Budget: total, Sinks: -1, Recent: -1}} {
 		m := newQuest(t, qc)
 		dec := decoderOf(t, m)(cfg)
 		dectest.Run(t, dec, cfg, rng, steps, func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
@@ -371,7 +372,7 @@ func TestDecoderState(t *testing.T) {
 func TestDecoderReadsAFraction(t *testing.T) {
 	rng := dectest.FreshRNG(t, 7)
 	cfg := attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8}
-	for _, qc := range []Config{{Page: 16, Budget: 64, Sinks: 4, Recent: 16}, {Page: 16, Budget: 64, Sinks: 4, Recent: 16, Group: GroupMax}} {
+	for _, qc := range []Config{{Page: 16, Budget: 64, Sinks: 4, Recent: 16, Group: GroupUnion}, {Page: 16, Budget: 64, Sinks: 4, Recent: 16}} {
 		m := newQuest(t, qc)
 		dec := decoderOf(t, m)(cfg).(*Decoder)
 		const total = 3000

@@ -49,14 +49,16 @@
 // head of a GQA group scores the pages with its own query, and the group
 // reads one set of pages, shared by all of its heads, chosen by Group:
 //
-//   - GroupUnion (the default): each head picks its own Budget/Page
-//     best pages, and the group attends to the union of the picks. Every
-//     head then attends exactly to its own choice and to its neighbours'
-//     (the rows are read once for the group, so they cost no further
-//     reads), and a group reads up to H/Hkv times the budget.
-//   - GroupMax: a page's score is the largest of its heads' scores (the
-//     bound for the group as a whole), and the group picks Budget/Page
-//     pages by it: the reads stay at the budget.
+//   - GroupMax (the default): a page's score is the largest of its
+//     heads' scores, the bound for the group as a whole, and the group
+//     picks Budget/Page pages by it: the reads stay at the budget.
+//   - GroupUnion: each head picks its own Budget/Page best pages, and
+//     the group attends to the union of the picks. Every head then
+//     attends exactly to its own choice and to its neighbours' (the rows
+//     are read once for the group, so they cost no further reads), and a
+//     group reads up to H/Hkv times the budget: on long contexts, where
+//     the heads' picks rarely meet, a step costs about that many times
+//     as much.
 //
 // Ties between scores go to the earlier page, and a NaN score (a NaN in
 // the page's keys) ranks first, so that the NaN reaches the output as

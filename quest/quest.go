@@ -30,10 +30,10 @@ const (
 type Group int
 
 const (
-	// GroupUnion attends each group to the union of its heads' choices.
-	GroupUnion Group = iota
 	// GroupMax scores a page by the largest of its heads' scores.
-	GroupMax
+	GroupMax Group = iota
+	// GroupUnion attends each group to the union of its heads' choices.
+	GroupUnion
 )
 
 func (g Group) String() string {
@@ -48,7 +48,7 @@ func (g Group) String() string {
 
 // Config holds Quest's parameters. The zero value is the defaults: pages
 // of 16, a budget of 2048 tokens, 4 sinks, a recent window of 64, each
-// group attending to the union of its heads' pages.
+// group's pages scored by the best of its heads.
 type Config struct {
 	// Page is the number of positions per page (default DefaultPage).
 	Page int
@@ -65,7 +65,7 @@ type Config struct {
 	// beyond the query's own page, which is always attended.
 	Recent int
 	// Group selects how a GQA group shares its pages (default
-	// GroupUnion).
+	// GroupMax).
 	Group Group
 }
 

@@ -20,8 +20,8 @@ func init() {
 				intParam("budget", quest.DefaultBudget, 0, quest.MaxTokens, "tokens of chosen pages each query head picks (budget/page pages), on top of the sinks and the recent window; 0: none"),
 				intParam("sinks", quest.DefaultSinks, 0, quest.MaxTokens, "first positions always attended (tokens)"),
 				intParam("recent", quest.DefaultRecent, 0, quest.MaxTokens, "last positions always attended (tokens); the query's own page always is"),
-				enumParam("group", quest.GroupUnion.String(), []string{quest.GroupUnion.String(), quest.GroupMax.String()},
-					"how a GQA group shares pages: union of its heads' picks, or max (a page scored by its best head, the budget for the group)"),
+				enumParam("group", quest.GroupMax.String(), []string{quest.GroupMax.String(), quest.GroupUnion.String()},
+					"how a GQA group shares pages: max (a page scored by its best head, the budget for the group), or union of its heads' picks (up to H/Hkv budgets)"),
 			},
 			Causal:   true,
 			Decode:   true,
@@ -45,8 +45,8 @@ func init() {
 				if err != nil {
 					return nil, err
 				}
-				if group == quest.GroupMax.String() {
-					cfg.Group = quest.GroupMax
+				if group == quest.GroupUnion.String() {
+					cfg.Group = quest.GroupUnion
 				}
 				// 0 on the command line means none; in Config 0 is the
 				// default and a negative value none.
