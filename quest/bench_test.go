@@ -7,10 +7,10 @@ import (
 	"github.com/attnkit/attn/internal/decstore/dectest"
 )
 
-// BenchmarkDecodeStep times one decode step of Quest with its defaults
-// against one step of the exact float32 KV cache at the same length, in
-// the same run (H = 32, Hkv = 8, D = 128, B = 1), and reports both and
-// their ratio (speedup).
+// BenchmarkDecodeStep times decode steps of Quest with its defaults
+// against steps of the exact float32 KV cache at the same length, in
+// the same run (H = 32, Hkv = 8, D = 128, B = 1), and reports the median
+// step of each and their ratio (speedup; see dectest.BenchStep).
 func BenchmarkDecodeStep(b *testing.B) {
 	for _, n := range []int{16384, 131072} {
 		b.Run(fmt.Sprintf("len%d", n), func(b *testing.B) {
