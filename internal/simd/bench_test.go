@@ -300,8 +300,9 @@ func BenchmarkDotRows(b *testing.B) {
 }
 
 // BenchmarkDotRows16 runs the decode-step shape of BenchmarkDotRows with
-// bfloat16 keys, two ways: "widen", WidenBF16 into a float32 block then
-// DotRows (what the decode step did), and "fused", DotRowsBF16. It
+// bfloat16 keys, three ways: "widen", WidenBF16 into a float32 block then
+// DotRows (what the decode step did), "fused", DotRowsBF16, and "native",
+// DotRowsBF16Native. It
 // reports GB/s of 16-bit keys read (64·d·2 bytes a call), from L1.
 func BenchmarkDotRows16(b *testing.B) {
 	const n = 64
@@ -316,14 +317,17 @@ func BenchmarkDotRows16(b *testing.B) {
 				}
 				kw := make([]float32, n*d)
 				s := make([]float32, rows*n)
-				for _, way := range []string{"widen", "fused"} {
+				for _, way := range []string{"widen", "fused", "native"} {
 					b.Run(fmt.Sprintf("%s/rows%dd%d", way, rows, d), func(b *testing.B) {
 						call := func() { impl.dotRowsBF16(s, n, q, d, rows, k, d, n, d) }
-						if way == "widen" {
+						switch way {
+						case "widen":
 							call = func() {
 								impl.widenBF16(kw, k)
 								impl.dotRows(s, n, q, d, rows, kw, d, n, d)
 							}
+						case "native":
+							call = func() { impl.dotRowsBF16Native(s, n, q, d, rows, k, d, n, d, nil) }
 						}
 						for b.Loop() {
 							call()
@@ -462,9 +466,9 @@ func BenchmarkOnlineSoftmax(b *testing.B) {
 }
 
 // BenchmarkGemm16 runs the product O += P·V of a decode step (rows query
-// rows, 64 keys, d values) with bfloat16 values, two ways: "widen",
+// rows, 64 keys, d values) with bfloat16 values, three ways: "widen",
 // WidenBF16 into a float32 block then Gemm (what the decode step did),
-// and "fused", GemmBF16. It reports GB/s of 16-bit values read (64·d·2
+// "fused", GemmBF16, and "native", GemmBF16Native. It reports GB/s of 16-bit values read (64·d·2
 // bytes a call), from L1.
 func BenchmarkGemm16(b *testing.B) {
 	const n = 64
@@ -479,14 +483,17 @@ func BenchmarkGemm16(b *testing.B) {
 				}
 				vw := make([]float32, n*d)
 				acc := make([]float32, rows*d)
-				for _, way := range []string{"widen", "fused"} {
+				for _, way := range []string{"widen", "fused", "native"} {
 					b.Run(fmt.Sprintf("%s/rows%dd%d", way, rows, d), func(b *testing.B) {
 						call := func() { impl.gemmBF16(rows, d, n, p, n, v, d, acc, d, true, nil) }
-						if way == "widen" {
+						switch way {
+						case "widen":
 							call = func() {
 								impl.widenBF16(vw, v)
 								impl.gemm(rows, d, n, p, n, vw, d, acc, d, true)
 							}
+						case "native":
+							call = func() { impl.gemmBF16Native(rows, d, n, p, n, v, d, acc, d, true, nil) }
 						}
 						for b.Loop() {
 							call()

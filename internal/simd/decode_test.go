@@ -16,20 +16,29 @@ var gemm16Kernels = []struct {
 	f      func(impl implementation) func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
 	narrow func(x float32) uint16
 	widen  func(h uint16) float32
+	// roundA is the rounding of A a family's kernel does, or nil.
+	roundA func(impl implementation) func(float32) float32
 }{
 	{
 		"bf16",
 		func(impl implementation) func(int, int, int, []float32, int, []uint16, int, []float32, int, bool, []uint16) {
 			return impl.gemmBF16
 		},
-		half.F32ToBF16, half.BF16ToF32,
+		half.F32ToBF16, half.BF16ToF32, bf16Split,
+	},
+	{
+		"bf16native",
+		func(impl implementation) func(int, int, int, []float32, int, []uint16, int, []float32, int, bool, []uint16) {
+			return impl.gemmBF16Native
+		},
+		half.F32ToBF16, half.BF16ToF32, bf16Rounding,
 	},
 	{
 		"f16",
 		func(impl implementation) func(int, int, int, []float32, int, []uint16, int, []float32, int, bool, []uint16) {
 			return impl.gemmF16
 		},
-		half.F32ToF16, half.F16ToF32,
+		half.F32ToF16, half.F16ToF32, noRounding,
 	},
 }
 
@@ -70,7 +79,7 @@ func (g *gemmNarrowCase[T]) check(t *testing.T, accumulate bool) {
 func TestGemm16(t *testing.T) {
 	ms := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 32}
 	ns := []int{0, 8, 16, 24, 40, 72, 128}
-	ks := []int{0, 1, 2, 3, 5, 7, 9, 63, 64, 65}
+	ks := []int{0, 1, 2, 3, 5, 7, 9, 63, 64, 65, 256, 300, 513}
 	r := rand.New(rand.NewPCG(27, 28))
 	for _, kern := range gemm16Kernels {
 		t.Run(kern.name, func(t *testing.T) {
@@ -83,6 +92,7 @@ func TestGemm16(t *testing.T) {
 							for _, accumulate := range []bool{false, true} {
 								for _, pad := range [][3]int{{0, 0, 0}, {3, 5, 7}} {
 									g := newGemmNarrowCase(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate, bf)
+									g.roundA = kern.roundA(impl)
 									checkGemm8(m, n, k, len(g.a.v), g.lda, len(g.b.v), g.ldb, len(g.c.v), g.ldc)
 									f(m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate, nil)
 									name := fmt.Sprintf("m=%d n=%d k=%d lda=%d ldb=%d ldc=%d acc=%v", m, n, k, g.lda, g.ldb, g.ldc, accumulate)
@@ -98,6 +108,7 @@ func TestGemm16(t *testing.T) {
 				for _, m := range []int{1, 4, 8, 32} {
 					for _, d := range [][2]int{{128, 128}, {72, 96}} {
 						g := newGemmNarrowCase(r, m, d[0], 61, 64, d[1], d[1], true, bf)
+						g.roundA = kern.roundA(impl)
 						f(m, d[0], 61, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, true, nil)
 						t.Run(fmt.Sprintf("decode m=%d d=%d", m, d[0]), func(t *testing.T) { g.check(t, true) })
 					}
@@ -181,6 +192,9 @@ func TestGemm16ArgumentChecks(t *testing.T) {
 		{"DotRowsPF lds", func() { DotRowsPF(s, 3, s, 4, 2, s, 4, 4, 4, nil) }},
 		{"DotRowsBF16PF short k", func() { DotRowsBF16PF(s, 4, s, 4, 2, h[:15], 4, 4, 4, nil) }},
 		{"DotRowsF16PF ldq", func() { DotRowsF16PF(s, 4, s, 3, 2, h, 4, 4, 4, nil) }},
+		{"DotRowsBF16Native short q", func() { DotRowsBF16Native(s, 4, s[:7], 4, 2, h, 4, 4, 4, nil) }},
+		{"GemmBF16Native n%8", func() { GemmBF16Native(1, 12, 1, s, 1, h, 12, s, 12, false, nil) }},
+		{"GemmBF16Native short B", func() { GemmBF16Native(2, 8, 4, s, 4, h[:31], 8, s, 8, false, nil) }},
 	} {
 		func() {
 			defer func() {
@@ -227,6 +241,20 @@ func TestGemm16ArgumentChecks(t *testing.T) {
 	DotRowsF16PF(sc, 2, []float32{1, 2}, 2, 1, []uint16{0x3c00, 0x4000, 0, 0x3c00}, 2, 2, 2, h)
 	if sc[0] != 5 || sc[1] != 2 {
 		t.Errorf("DotRowsF16PF: %v", sc)
+	}
+	// 1 + 2^-10 is no bfloat16: the native kernels round it to 1.
+	qr := []float32{1 + 0x1p-10, 2}
+	DotRowsBF16Native(sc, 2, qr, 2, 1, []uint16{0x3f80, 0x4000, 0, 0x3f80}, 2, 2, 2, h)
+	if want := map[bool]float32{true: 5, false: 5 + 0x1p-10}[NativeBF16()]; sc[0] != want || sc[1] != 2 {
+		t.Errorf("DotRowsBF16Native: %v, want %v, 2", sc, want)
+	}
+	DotRowsBF16PF(sc, 2, qr, 2, 1, []uint16{0x3f80, 0x4000, 0, 0x3f80}, 2, 2, 2, h)
+	if sc[0] != 5+0x1p-10 || sc[1] != 2 {
+		t.Errorf("DotRowsBF16PF: %v, want %v, 2", sc, 5+0x1p-10)
+	}
+	GemmBF16Native(1, 8, 2, qr, 2, []uint16{0x3f80, 0, 0, 0, 0, 0, 0, 0, 0, 0x4000, 0, 0, 0, 0, 0, 0}, 8, out, 8, false, h)
+	if want := map[bool]float32{true: 1, false: 1 + 0x1p-10}[NativeBF16()]; out[0] != want || out[1] != 4 {
+		t.Errorf("GemmBF16Native: %v, want %v, 4", out[:2], want)
 	}
 }
 
@@ -319,6 +347,10 @@ func TestPrefetchHints(t *testing.T) {
 					func(i int) {
 						impl.dotRowsF16PF(got, sh.n, q, st, sh.rows, k16, st, sh.n, sh.d, [][]uint16{nil, hint16[:7], hint16}[i])
 					}},
+				{"DotRowsBF16Native", func() { impl.dotRowsBF16Native(want, sh.n, q, st, sh.rows, k16, st, sh.n, sh.d, nil) },
+					func(i int) {
+						impl.dotRowsBF16Native(got, sh.n, q, st, sh.rows, k16, st, sh.n, sh.d, [][]uint16{nil, hint16[:7], hint16}[i])
+					}},
 			} {
 				kern.plain()
 				for i := range 3 {
@@ -336,11 +368,16 @@ func TestPrefetchHints(t *testing.T) {
 			w := (sh.d + 7) &^ 7
 			c0 := make([]float32, sh.rows*st)
 			c1 := make([]float32, sh.rows*st)
-			impl.gemmBF16(sh.rows, w, sh.n, a, sh.n, k16, st, c0, st, false, nil)
-			impl.gemmBF16(sh.rows, w, sh.n, a, sh.n, k16, st, c1, st, false, hint16)
-			for j := range c0 {
-				if math.Float32bits(c0[j]) != math.Float32bits(c1[j]) {
-					t.Fatalf("GemmBF16 %+v: [%d] = %v with a hint, %v without", sh, j, c1[j], c0[j])
+			for _, g := range []struct {
+				name string
+				f    func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+			}{{"GemmBF16", impl.gemmBF16}, {"GemmBF16Native", impl.gemmBF16Native}} {
+				g.f(sh.rows, w, sh.n, a, sh.n, k16, st, c0, st, false, nil)
+				g.f(sh.rows, w, sh.n, a, sh.n, k16, st, c1, st, false, hint16)
+				for j := range c0 {
+					if math.Float32bits(c0[j]) != math.Float32bits(c1[j]) {
+						t.Fatalf("%s %+v: [%d] = %v with a hint, %v without", g.name, sh, j, c1[j], c0[j])
+					}
 				}
 			}
 		})

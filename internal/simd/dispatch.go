@@ -7,9 +7,10 @@ import "os"
 // implementation is one complete set of kernels.
 type implementation struct {
 	name string
-	// bf16Dot is set where DotRowsBF16, DotRowsBF16PF and GemmBF16 round
-	// their float32 operand to bfloat16 and multiply pairs with VDPBF16PS
-	// (see DotRowsBF16); the tests then compare them with that rounding.
+	// bf16Dot is set where the bfloat16 kernels multiply with VDPBF16PS:
+	// DotRowsBF16, DotRowsBF16PF and GemmBF16 split their float32 operand
+	// into two bfloat16 halves, DotRowsBF16Native and GemmBF16Native
+	// round it to one (see NativeBF16); the tests model both.
 	bf16Dot bool
 	gemm    func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
 	expSum  func(x []float32, shift float32) float32
@@ -33,6 +34,9 @@ type implementation struct {
 	gemmF16  func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
 
 	gemmPF func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32)
+
+	dotRowsBF16Native func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
+	gemmBF16Native    func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
 
 	dotRowsPF     func(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk, n, d int, pf []float32)
 	dotRowsBF16PF func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
@@ -75,6 +79,9 @@ var genericImpl = implementation{
 	gemmF16:  gemmF16Generic,
 
 	gemmPF: gemmPFGeneric,
+
+	dotRowsBF16Native: dotRowsBF16PFGeneric,
+	gemmBF16Native:    gemmBF16Generic,
 
 	dotRowsPF:     dotRowsPFGeneric,
 	dotRowsBF16PF: dotRowsBF16PFGeneric,

@@ -17,7 +17,8 @@ func asmImplementations() []implementation {
 		return nil
 	}
 	impls := []implementation{avx2Implementation()}
-	if !x.HasAVX512F || !x.HasAVX512BW || !x.HasAVX512VL || !x.HasAVX512DQ {
+	// BMI2 (the masks of the tails) comes with every AVX-512 CPU.
+	if !x.HasAVX512F || !x.HasAVX512BW || !x.HasAVX512VL || !x.HasAVX512DQ || !x.HasBMI2 {
 		return impls
 	}
 	a := impls[0]
@@ -27,7 +28,18 @@ func asmImplementations() []implementation {
 	a.onlineSoftmax = onlineSoftmaxAVX512
 	a.attendPanels = attendPanelsAVX512
 	impls = append(impls, a)
-	return impls
+	if !x.HasAVX512BF16 {
+		return impls
+	}
+	b := a
+	b.name = "avx512bf16"
+	b.bf16Dot = true
+	b.dotRowsBF16 = dotRowsBF16AVX512BF16
+	b.dotRowsBF16PF = dotRowsBF16PFAVX512BF16
+	b.gemmBF16 = gemmBF16AVX512BF16
+	b.dotRowsBF16Native = dotRowsBF16NativeAVX512BF16
+	b.gemmBF16Native = gemmBF16NativeAVX512BF16
+	return append(impls, b)
 }
 
 func avx2Implementation() implementation {
@@ -59,6 +71,9 @@ func avx2Implementation() implementation {
 		gemmF16:  gemmF16,
 
 		gemmPF: gemmPFAVX2,
+
+		dotRowsBF16Native: dotRowsBF16PFAVX2,
+		gemmBF16Native:    gemmBF16AVX2,
 
 		dotRowsPF:     dotRowsPFAVX2,
 		dotRowsBF16PF: dotRowsBF16PFAVX2,

@@ -15,8 +15,8 @@ import (
 func TestFamiliesFollowCPU(t *testing.T) {
 	x := cpu.X86
 	avx2 := x.HasAVX && x.HasAVX2 && x.HasFMA
-	avx512 := avx2 && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ
-	want := map[string]bool{"avx2": avx2, "avx512": avx512}
+	avx512 := avx2 && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ && x.HasBMI2
+	want := map[string]bool{"avx2": avx2, "avx512": avx512, "avx512bf16": avx512 && x.HasAVX512BF16}
 	got := Families()
 	for f, ok := range want {
 		if slices.Contains(got, f) != ok {

@@ -137,8 +137,8 @@ func TestDotRowsI8(t *testing.T) {
 	hint := make([]int8, 4000)
 	r := rand.New(rand.NewPCG(43, 44))
 	forEachImpl(t, func(t *testing.T, impl implementation) {
-		testDotRowsNarrow(t, r, "pf=false ", i8Format, impl.dotRowsI8)
-		testDotRowsNarrow(t, r, "pf=true ", i8Format, func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+		testDotRowsNarrow(t, r, "pf=false ", i8Format, nil, impl.dotRowsI8)
+		testDotRowsNarrow(t, r, "pf=true ", i8Format, nil, func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
 			impl.dotRowsI8PF(s, lds, q, ldq, rows, k, ldk, n, d, hint)
 		})
 	})

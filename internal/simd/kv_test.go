@@ -183,6 +183,9 @@ func TestWidenTail(t *testing.T) {
 type dotRowsSQ struct {
 	rows, n, d, lds, ldq, ldk int
 	s, q                      guarded
+	// roundQ, when set, is the rounding the kernel applies to q first
+	// (bfloat16 for the VDPBF16PS kernels), which checkS applies too.
+	roundQ func(float32) float32
 }
 
 func newDotRowsSQ(r *rand.Rand, rows, n, d, lds, ldq, ldk int) dotRowsSQ {
@@ -194,7 +197,7 @@ func newDotRowsSQ(r *rand.Rand, rows, n, d, lds, ldq, ldk int) dotRowsSQ {
 }
 
 // checkS compares each score with the float64 dot product of its row of
-// q and its key, k(j, p) being element p of key j, within (d+2)·2^-24 of
+// q (rounded by roundQ) and its key, k(j, p) being element p of key j, within (d+2)·2^-24 of
 // the sum of the magnitudes of the terms, and checks that the padding of
 // s is untouched.
 func (c *dotRowsSQ) checkS(t *testing.T, k func(j, p int) float64) {
@@ -216,7 +219,11 @@ func (c *dotRowsSQ) checkS(t *testing.T, k func(j, p int) float64) {
 			}
 			var want, abs float64
 			for p := range c.d {
-				v := float64(c.q.v[i*c.ldq+p]) * k(j, p)
+				x := c.q.v[i*c.ldq+p]
+				if c.roundQ != nil {
+					x = c.roundQ(x)
+				}
+				v := float64(x) * k(j, p)
 				want += v
 				abs += math.Abs(v)
 			}
@@ -317,21 +324,71 @@ var dotRows16Kernels = []struct {
 	f      func(impl implementation) func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int)
 	narrow func(x float32) uint16
 	widen  func(h uint16) float32
+	// roundQ is the rounding of q a family's kernel does, or nil.
+	roundQ func(impl implementation) func(float32) float32
 }{
 	{
 		"bf16",
 		func(impl implementation) func([]float32, int, []float32, int, int, []uint16, int, int, int) {
 			return impl.dotRowsBF16
 		},
-		half.F32ToBF16, half.BF16ToF32,
+		half.F32ToBF16, half.BF16ToF32, bf16Split,
+	},
+	{
+		"bf16native",
+		func(impl implementation) func([]float32, int, []float32, int, int, []uint16, int, int, int) {
+			return func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+				impl.dotRowsBF16Native(s, lds, q, ldq, rows, k, ldk, n, d, nil)
+			}
+		},
+		half.F32ToBF16, half.BF16ToF32, bf16Rounding,
 	},
 	{
 		"f16",
 		func(impl implementation) func([]float32, int, []float32, int, int, []uint16, int, int, int) {
 			return impl.dotRowsF16
 		},
-		half.F32ToF16, half.F16ToF32,
+		half.F32ToF16, half.F16ToF32, noRounding,
 	},
+}
+
+// bf16Rounding is the rounding of the float32 operand by the native
+// bfloat16 kernels of a family: none, or with VDPBF16PS to bfloat16 (see
+// roundBF16).
+func bf16Rounding(impl implementation) func(float32) float32 {
+	if impl.bf16Dot {
+		return roundBF16
+	}
+	return nil
+}
+
+// bf16Split is the rounding of the float32 operand by the DotRowsBF16 and
+// GemmBF16 kernels of a family: none, or with VDPBF16PS to the sum of two
+// bfloat16 (see splitBF16).
+func bf16Split(impl implementation) func(float32) float32 {
+	if impl.bf16Dot {
+		return splitBF16
+	}
+	return nil
+}
+
+// splitBF16 is x as the sum of its two bfloat16 halves, hi = roundBF16(x)
+// and lo = roundBF16(x - hi), which has at most 17 significant bits and
+// is a float32 exactly.
+func splitBF16(x float32) float32 {
+	hi := roundBF16(x)
+	return hi + roundBF16(x-hi)
+}
+
+func noRounding(implementation) func(float32) float32 { return nil }
+
+// roundBF16 is x rounded to bfloat16 as VCVTNE2PS2BF16 does: to nearest
+// even, subnormals to zero of their sign.
+func roundBF16(x float32) float32 {
+	if b := math.Float32bits(x); b&0x7f800000 == 0 {
+		return math.Float32frombits(b & 0x80000000)
+	}
+	return half.BF16ToF32(half.F32ToBF16(x))
 }
 
 // dotRowsNarrowCase is one problem of a DotRows kernel with 16-bit or
@@ -363,7 +420,9 @@ func (c *dotRowsNarrowCase[T]) check(t *testing.T) {
 // testDotRowsNarrow runs f, a DotRows kernel with keys of format kf, on
 // every row count of a block and its tails, every d%8 and d%16, tight and
 // padded strides; prefix starts the names of the subtests.
-func testDotRowsNarrow[T narrowElem](t *testing.T, r *rand.Rand, prefix string, kf narrowFormat[T], f func(s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int)) {
+//
+// roundQ, which may be nil, is the rounding f applies to q.
+func testDotRowsNarrow[T narrowElem](t *testing.T, r *rand.Rand, prefix string, kf narrowFormat[T], roundQ func(float32) float32, f func(s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int)) {
 	rowsList := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16}
 	var ns []int
 	for n := range 18 {
@@ -377,6 +436,7 @@ func testDotRowsNarrow[T narrowElem](t *testing.T, r *rand.Rand, prefix string, 
 	ds = append(ds, 31, 64, 80, 128, 300)
 	run := func(rows, n, d, lds, ldq, ldk int) {
 		c := newDotRowsNarrowCase(r, rows, n, d, lds, ldq, ldk, kf)
+		c.roundQ = roundQ
 		checkDotRows(len(c.s.v), lds, len(c.q.v), ldq, rows, len(c.k.v), ldk, n, d)
 		f(c.s.v, lds, c.q.v, ldq, rows, c.k.v, ldk, n, d)
 		t.Run(fmt.Sprintf("%srows=%d n=%d d=%d lds=%d ldq=%d ldk=%d", prefix, rows, n, d, lds, ldq, ldk), c.check)
@@ -392,6 +452,9 @@ func testDotRowsNarrow[T narrowElem](t *testing.T, r *rand.Rand, prefix string, 
 	}
 	run(32, 65, 67, 67, 69, 71)
 	run(4, 64, 128, 64, 128, 128)
+	// Rows longer than the buffers of the VDPBF16PS kernels.
+	run(5, 7, 1030, 9, 1031, 1033)
+	run(3, 5, 1024, 5, 1024, 1024)
 }
 
 func TestDotRows16(t *testing.T) {
@@ -400,7 +463,7 @@ func TestDotRows16(t *testing.T) {
 		t.Run(kern.name, func(t *testing.T) {
 			kf := halfFormat(kern.narrow, kern.widen)
 			forEachImpl(t, func(t *testing.T, impl implementation) {
-				testDotRowsNarrow(t, r, "", kf, kern.f(impl))
+				testDotRowsNarrow(t, r, "", kf, kern.roundQ(impl), kern.f(impl))
 			})
 		})
 	}

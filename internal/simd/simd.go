@@ -156,7 +156,12 @@ func DotRows(s []float32, lds int, q []float32, ldq, rows int, k []float32, ldk,
 
 // DotRowsBF16 is DotRows with the keys in bfloat16 (see WidenBF16),
 // widened to float32 as they are read: the scores are those of DotRows
-// on the widened k. It panics as DotRows does.
+// on the widened k, up to the order of additions and, with the avx512bf16
+// kernels, which split each query value into two bfloat16 halves and
+// multiply them with VDPBF16PS, to the split's error: the halves add up
+// to within 2^-18 of the value, so each term q_c·k_c is within 2^-18 of
+// itself (DotRowsBF16Native rounds q to one bfloat16 instead, faster).
+// It panics as DotRows does.
 func DotRowsBF16(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
 	active.dotRowsBF16(s, lds, q, ldq, rows, k, ldk, n, d)

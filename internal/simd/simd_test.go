@@ -525,6 +525,9 @@ type gemmAC struct {
 	m, n, k, lda, ldb, ldc int
 	a, c                   guarded
 	c0                     []float32
+	// roundA, when set, is the rounding the kernel applies to A first
+	// (bfloat16 for the VDPBF16PS kernels), which checkC applies too.
+	roundA func(float32) float32
 }
 
 // newGemmAC makes A and a C of guard values; the caller makes B, then
@@ -552,7 +555,7 @@ func (g *gemmAC) fillC(r *rand.Rand, accumulate bool) {
 	g.c0 = append([]float32(nil), g.c.v...)
 }
 
-// checkC compares C with the float64 product of A and B, b(p, j) being
+// checkC compares C with the float64 product of A (rounded by roundA) and B, b(p, j) being
 // element (p, j) of B (plus C's old value with accumulate), within
 // (k+2)·2^-24 of the sum of the magnitudes of the terms, and checks that
 // the padding of C is untouched.
@@ -579,7 +582,11 @@ func (g *gemmAC) checkC(t *testing.T, accumulate bool, b func(p, j int) float64)
 				abs = math.Abs(want)
 			}
 			for p := range g.k {
-				v := float64(g.a.v[i*g.lda+p]) * b(p, j)
+				x := g.a.v[i*g.lda+p]
+				if g.roundA != nil {
+					x = g.roundA(x)
+				}
+				v := float64(x) * b(p, j)
 				want += v
 				abs += math.Abs(v)
 			}

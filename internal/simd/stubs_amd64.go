@@ -197,3 +197,34 @@ func onlineSoftmaxAVX512(s []float32, ps int, n int, np int, lim []float32, m []
 //
 //go:noescape
 func attendPanelsAVX512(np int, n int, d int, k []float32, kr int, kc int, qt []float32, pq int, st []float32, v []float32, vr int, vc int, m []float32, l []float32, acc []float32, pacc int, pfk []float32, pfv []float32)
+
+// dotRowsBF16AVX512BF16 is DotRowsBF16 with q split in two bfloat16 halves and
+// VDPBF16PS; the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func dotRowsBF16AVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int)
+
+// dotRowsBF16PFAVX512BF16 is dotRowsBF16AVX512BF16 prefetching pf (see DotRowsBF16PF).
+//
+//go:noescape
+func dotRowsBF16PFAVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// dotRowsBF16NativeAVX512BF16 is DotRowsBF16Native with q rounded to bfloat16 and
+// VDPBF16PS; the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func dotRowsBF16NativeAVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// gemmBF16AVX512BF16 computes C = A·B or C += A·B with B in bfloat16 and A split in
+// two bfloat16 halves, with VDPBF16PS (see GemmBF16). n must be a multiple of 8; the
+// slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmBF16AVX512BF16(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+// gemmBF16NativeAVX512BF16 computes C = A·B or C += A·B with B in bfloat16 and A rounded
+// to bfloat16, with VDPBF16PS (see GemmBF16Native). n must be a multiple of 8; the
+// slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmBF16NativeAVX512BF16(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)

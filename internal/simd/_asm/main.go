@@ -61,6 +61,7 @@ func main() {
 	gemmPanels512()
 	onlineSoftmax512()
 	attendPanels512()
+	decodeBF16()
 
 	Generate()
 	out := flag.Lookup("out").Value.String()
