@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
 )
 
 // Inputs are queries, keys and values for one shape, in the layout of
@@ -42,7 +43,7 @@ func Generate(kind string, s attn.Shape, causal bool, seed uint64) (*Inputs, err
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x1b873593))
 	in := &Inputs{Shape: s, Kind: kind,
-		Q: normal(rng, s.QLen()), K: normal(rng, s.KVLen()), V: normal(rng, s.KVLen())}
+		Q: ref.Normal(rng, s.QLen()), K: ref.Normal(rng, s.KVLen()), V: ref.Normal(rng, s.KVLen())}
 	switch kind {
 	case Gaussian:
 	case Planted:
@@ -51,14 +52,6 @@ func Generate(kind string, s attn.Shape, causal bool, seed uint64) (*Inputs, err
 		return nil, fmt.Errorf("%w: input kind %q (want %s or %s)", attn.ErrInput, kind, Gaussian, Planted)
 	}
 	return in, nil
-}
-
-func normal(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
 }
 
 // plant makes one query in 16 of each head attend almost only to one key.

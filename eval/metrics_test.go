@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/ref"
 )
 
 func near(got, want, tol float64) bool {
@@ -16,7 +17,7 @@ func near(got, want, tol float64) bool {
 func TestIdenticalIsZero(t *testing.T) {
 	s := attn.Shape{B: 2, H: 3, HKV: 1, N: 7, M: 9, D: 5}
 	rng := rand.New(rand.NewPCG(1, 2))
-	out, lse := normal(rng, s.QLen()), normal(rng, s.LSELen())
+	out, lse := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.LSELen())
 	lse[4] = float32(math.Inf(-1)) // a row that sees no key
 	e, err := Compare(s, out, slices.Clone(out), lse, slices.Clone(lse))
 	if err != nil {
@@ -172,7 +173,7 @@ func TestSpectralWorstHead(t *testing.T) {
 func TestReferenceMatchesCompare(t *testing.T) {
 	s := attn.Shape{B: 2, H: 2, HKV: 1, N: 13, M: 13, D: 8}
 	rng := rand.New(rand.NewPCG(7, 8))
-	want, wantLSE := normal(rng, s.QLen()), normal(rng, s.LSELen())
+	want, wantLSE := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.LSELen())
 	got, gotLSE := slices.Clone(want), slices.Clone(wantLSE)
 	for i := range got {
 		got[i] += 0.01 * float32(rng.NormFloat64())

@@ -9,43 +9,185 @@ import (
 	"strconv"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// Plot sizes and resolution of the report's PNGs: the plot on the left,
-// its legend in a column of its own on the right, where it cannot hide a
-// line however many mechanisms there are.
+// Plot sizes and resolution: each panel, and its legend in a column of its
+// own on the right, where it cannot hide a line however many mechanisms
+// there are.
 const (
 	plotW   = 6.5 * vg.Inch
-	legendW = 1.9 * vg.Inch
+	legendW = 2.1 * vg.Inch
 	plotH   = 4.5 * vg.Inch
 	plotDPI = 110
 )
 
-// renderPNG draws p, and its legend beside it, as a PNG.
-func renderPNG(p *plot.Plot) ([]byte, error) {
-	c := vgimg.NewWith(vgimg.UseWH(plotW+legendW, plotH), vgimg.UseDPI(plotDPI), vgimg.UseBackgroundColor(color.White))
-	dc := draw.New(c)
-	leg := p.Legend
-	p.Legend = plot.NewLegend()
-	p.Draw(draw.Crop(dc, 0, -legendW, 0, 0))
-	p.Legend = leg
-	leg.Top, leg.Left = true, true
-	leg.XOffs, leg.YOffs = vg.Points(4), -vg.Points(24)
-	leg.Draw(draw.Crop(dc, plotW, 0, 0, 0))
-	var buf bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&buf); err != nil {
-		return nil, err
+// PlotFont is the typeface of every plot, the one the report's page asks
+// for first (Liberation Sans, metric-compatible with Arial), so that the
+// figures read as part of the page.
+var PlotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+func sans(size vg.Length) font.Font { return font.From(PlotFont, size) }
+
+// setFonts gives every text of p the plot font.
+func setFonts(p *plot.Plot) {
+	p.Title.TextStyle.Font = sans(13)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = sans(11)
+		a.Tick.Label.Font = sans(9.5)
 	}
-	return buf.Bytes(), nil
+	p.Legend.TextStyle.Font = sans(10)
 }
 
-// errFloor is where an error of 0 (a mechanism that fell back to exact
-// attention, say) is drawn on the accuracy plots' logarithmic axes.
+// newPlot returns a plot with a title, axis labels, a grid and the plot
+// font.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	setFonts(p)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func newLogLog(title, x, y string) *plot.Plot {
+	p := newPlot(title, x, y)
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{}, logTicks{}
+	return p
+}
+
+// Figure is one rendered plot: PNG for the page, SVG beside it.
+type Figure struct {
+	// Name is the file name without extension, unique in a report.
+	Name    string
+	Caption string
+	PNG     []byte
+	SVG     []byte
+}
+
+// renderPanels draws panels side by side, the first one's legend in a
+// column on the right, as PNG and SVG.
+func renderPanels(name string, panels ...*plot.Plot) (Figure, error) {
+	w := vg.Length(len(panels))*plotW + legendW
+	paint := func(dc draw.Canvas) {
+		leg := panels[0].Legend
+		for i, p := range panels {
+			l := p.Legend
+			p.Legend = plot.NewLegend()
+			x0 := vg.Length(i) * plotW
+			p.Draw(draw.Crop(dc, x0, -(w - x0 - plotW), 0, 0))
+			p.Legend = l
+		}
+		leg.Top, leg.Left = true, true
+		leg.XOffs, leg.YOffs = vg.Points(6), -vg.Points(28)
+		leg.Draw(draw.Crop(dc, w-legendW, 0, 0, 0))
+	}
+	f := Figure{Name: name}
+	ic := vgimg.NewWith(vgimg.UseWH(w, plotH), vgimg.UseDPI(plotDPI), vgimg.UseBackgroundColor(color.White))
+	paint(draw.New(ic))
+	var pb bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: ic}).WriteTo(&pb); err != nil {
+		return f, err
+	}
+	sc := vgsvg.New(w, plotH)
+	dc := draw.New(sc)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	paint(dc)
+	var sb bytes.Buffer
+	if _, err := sc.WriteTo(&sb); err != nil {
+		return f, err
+	}
+	f.PNG, f.SVG = pb.Bytes(), sb.Bytes()
+	return f, nil
+}
+
+// distinct are colours far apart from each other and from white, in an
+// order where neighbours differ most (after Kelly's and Tableau's sets):
+// every mechanism of a report gets its own.
+var distinct = []color.RGBA{
+	{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {255, 127, 14, 255},
+	{148, 103, 189, 255}, {23, 190, 207, 255}, {140, 86, 75, 255}, {227, 119, 194, 255},
+	{0, 0, 0, 255}, {188, 189, 34, 255}, {0, 83, 138, 255}, {255, 187, 120, 255},
+	{152, 223, 138, 255}, {174, 199, 232, 255}, {197, 176, 213, 255}, {127, 127, 127, 255},
+	{255, 152, 150, 255}, {158, 218, 229, 255}, {219, 219, 141, 255}, {196, 156, 148, 255},
+}
+
+var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PlusGlyph{},
+	draw.CrossGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.PyramidGlyph{}}
+
+// palette gives each name its own colour and glyph, the same in every
+// plot of a report; past len(distinct) names the colours come again with
+// dashes.
+type palette struct{ names []string }
+
+func newPalette(names []string) *palette {
+	p := &palette{}
+	for _, n := range names {
+		p.index(n)
+	}
+	return p
+}
+
+func (p *palette) index(name string) int {
+	i := slices.Index(p.names, name)
+	if i < 0 {
+		p.names = append(p.names, name)
+		i = len(p.names) - 1
+	}
+	return i
+}
+
+func (p *palette) style(name string) (color.Color, draw.GlyphDrawer, []vg.Length) {
+	i := p.index(name)
+	var dashes []vg.Length
+	if i >= len(distinct) {
+		dashes = []vg.Length{vg.Points(5), vg.Points(2)}
+	}
+	return distinct[i%len(distinct)], glyphs[i%len(glyphs)], dashes
+}
+
+// line adds name's line with points to pl and its legend.
+func (p *palette) line(pl *plot.Plot, name string, xys plotter.XYs) error {
+	l, pts, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	c, shape, dashes := p.style(name)
+	l.Color, l.Dashes, l.Width = c, dashes, vg.Points(1.6)
+	pts.Color, pts.Shape, pts.Radius = c, shape, vg.Points(3)
+	pl.Add(l, pts)
+	pl.Legend.Add(name, l, pts)
+	return nil
+}
+
+// hline draws a dashed grey line at y across the x range [x0, x1] of pl,
+// named in its legend: a bound, a peak, a break-even.
+func hline(pl *plot.Plot, label string, y, x0, x1 float64, c color.Color) error {
+	l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
+	if err != nil {
+		return err
+	}
+	l.Color, l.Width, l.Dashes = c, vg.Points(1.2), []vg.Length{vg.Points(7), vg.Points(3)}
+	pl.Add(l)
+	pl.Legend.Add(label, l)
+	return nil
+}
+
+var (
+	boundColor = color.RGBA{R: 200, G: 30, B: 30, A: 255}
+	guideColor = color.Gray{Y: 120}
+)
+
+// errFloor is where an error of 0 is drawn on the accuracy plots'
+// logarithmic axes.
 const errFloor = 1e-9
 
 // lengthTicks labels the lengths themselves on a logarithmic axis.
@@ -96,131 +238,157 @@ func padLog(p *plot.Plot, f float64) {
 	p.Y.Min, p.Y.Max = p.Y.Min/f, p.Y.Max*f
 }
 
-func newLogLog(title, x, y string) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = x
-	p.Y.Label.Text = y
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{}, logTicks{}
-	p.Add(plotter.NewGrid())
-	return p
-}
-
-// style gives series i its color, glyph and dashes.
-func style(i int) (color.Color, draw.GlyphDrawer, []vg.Length) {
-	return plotutil.Color(i), plotutil.Shape(i), plotutil.Dashes(i / 7)
-}
-
-// mechIndex numbers the mechanisms of g in order of appearance, so that a
-// mechanism has the same style in every plot.
-func (g grid) mechIndex(mech string) int {
-	var seen []string
-	for _, s := range g.series {
-		if !slices.Contains(seen, s.mech) {
-			seen = append(seen, s.mech)
-		}
-		if s.mech == mech {
-			return slices.Index(seen, mech)
-		}
-	}
-	return len(seen)
-}
-
-// addLine adds a line with points for xys, in style i, to p and its legend.
-func addLine(p *plot.Plot, name string, i int, xys plotter.XYs) error {
-	l, pts, err := plotter.NewLinePoints(xys)
-	if err != nil {
-		return err
-	}
-	c, shape, dashes := style(i)
-	l.Color, l.Dashes, l.Width = c, dashes, vg.Points(1.5)
-	pts.Color, pts.Shape = c, shape
-	p.Add(l, pts)
-	p.Legend.Add(name, l, pts)
-	return nil
-}
-
-// markFallbacks rings the points xys of p, rows or points that ran exact
-// attention instead of their mechanism's approximation, under one legend
-// entry.
-func markFallbacks(p *plot.Plot, xys plotter.XYs) error {
-	if len(xys) == 0 {
-		return nil
-	}
-	sc, err := plotter.NewScatter(xys)
-	if err != nil {
-		return err
-	}
-	sc.Shape, sc.Radius, sc.Color = draw.RingGlyph{}, vg.Points(6), color.RGBA{R: 200, A: 255}
-	p.Add(sc)
-	p.Legend.Add("ran exact attention (fallback)", sc)
-	return nil
-}
-
-// timePlot draws time per call against length for every series of g with
-// the given mask, with O(n) and O(n²) guide slopes through the median
-// time at the shortest length. ok is false when nothing was measured.
-func timePlot(g grid, causal bool) (p *plot.Plot, ok bool, err error) {
-	mask := "full mask"
+func maskName(causal bool) string {
 	if causal {
-		mask = "causal"
+		return "causal"
 	}
-	p = newLogLog(fmt.Sprintf("%s, %s: time per call", g.mode, mask), "n (tokens, log scale)", "seconds (log scale)")
+	return "full mask"
+}
+
+// vsN draws, for every series of g with the given mask, value(row)
+// against n on log-log axes, leaving out rows that did not run, fell
+// back to exact attention, or have no value (ok false). ok is false when
+// nothing was drawn.
+func vsN(g grid, pal *palette, causal bool, title, ylabel string, value func(*Row) (float64, bool)) (p *plot.Plot, ok bool, err error) {
+	p = newLogLog(fmt.Sprintf("%s, %s: %s", g.mode, maskName(causal), title), "n (tokens, log scale)", ylabel)
 	p.X.Tick.Marker = lengthTicks(g.ns)
-	var lo []float64
-	var fallbacks plotter.XYs
-	n0, n1 := math.Inf(1), 0.0
 	for _, s := range g.series {
 		if s.causal != causal {
 			continue
 		}
-		i := g.mechIndex(s.mech)
 		var xys plotter.XYs
 		for _, n := range g.ns {
-			if r := g.cells[s][n]; r != nil && r.Skipped == "" && r.Seconds > 0 {
-				xys = append(xys, plotter.XY{X: float64(n), Y: r.Seconds})
-				if r.Fallback != "" {
-					fallbacks = append(fallbacks, xys[len(xys)-1])
-				}
+			r := g.cells[s][n]
+			if r == nil || r.Skipped != "" || r.Fallback != "" {
+				continue
+			}
+			if v, has := value(r); has && v > 0 && !math.IsInf(v, 0) {
+				xys = append(xys, plotter.XY{X: float64(n), Y: v})
 			}
 		}
 		if len(xys) == 0 {
 			continue
 		}
-		if err := addLine(p, s.mech, i, xys); err != nil {
+		if err := pal.line(p, s.mech, xys); err != nil {
 			return nil, false, err
 		}
 		ok = true
-		if xys[0].X < n0 {
-			n0, lo = xys[0].X, nil
+	}
+	return p, ok, nil
+}
+
+// nRange is the range of lengths of g, for lines across a plot.
+func (g grid) nRange() (float64, float64) {
+	return float64(g.ns[0]), float64(g.ns[len(g.ns)-1])
+}
+
+// timePlot draws time per call against length with O(n) and O(n²) guide
+// slopes through the median time at the shortest length.
+func timePlot(g grid, pal *palette, causal bool) (p *plot.Plot, ok bool, err error) {
+	p, ok, err = vsN(g, pal, causal, "time per call", "seconds (log scale)", func(r *Row) (float64, bool) { return r.Seconds, true })
+	if !ok || err != nil {
+		return p, ok, err
+	}
+	var lo []float64
+	n0 := g.ns[0]
+	for _, s := range g.series {
+		if r := g.cells[s][n0]; s.causal == causal && r != nil && r.Skipped == "" && r.Fallback == "" && r.Seconds > 0 {
+			lo = append(lo, r.Seconds)
 		}
-		if xys[0].X == n0 {
-			lo = append(lo, xys[0].Y)
-		}
-		n1 = math.Max(n1, xys[len(xys)-1].X)
 	}
-	if !ok {
-		return nil, false, nil
-	}
-	if err := markFallbacks(p, fallbacks); err != nil {
-		return nil, false, err
-	}
-	if n1 > n0 {
+	x0, x1 := g.nRange()
+	if len(lo) > 0 && x1 > x0 {
 		slices.Sort(lo)
 		t0 := Median(lo)
 		for k, slope := range []float64{1, 2} {
-			l, err := plotter.NewLine(plotter.XYs{{X: n0, Y: t0}, {X: n1, Y: t0 * math.Pow(n1/n0, slope)}})
+			l, err := plotter.NewLine(plotter.XYs{{X: x0, Y: t0}, {X: x1, Y: t0 * math.Pow(x1/x0, slope)}})
 			if err != nil {
 				return nil, false, err
 			}
-			l.Color = color.Gray{Y: 120}
+			l.Color = guideColor
 			l.Dashes = []vg.Length{vg.Points(6), vg.Points(3 + 3*float64(k))}
 			p.Add(l)
 			p.Legend.Add([]string{"O(n) slope", "O(n²) slope"}[k], l)
 		}
 	}
 	padLog(p, 1.2)
+	return p, true, nil
+}
+
+// speedupPlot draws each mechanism's speed-up over exact (exact's time
+// over its own, at the same length, mask and cache) against length, with
+// the break-even line at 1.
+func speedupPlot(g grid, pal *palette, causal bool) (p *plot.Plot, ok bool, err error) {
+	p, ok, err = vsN(g, pal, causal, "speed-up over exact", "exact's time / the mechanism's (log scale)", func(r *Row) (float64, bool) {
+		if r.Mech == "exact" || r.Mech == "ref" {
+			return 0, false
+		}
+		e := g.exactOf(r)
+		if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
+			return 0, false
+		}
+		return e.Seconds / r.Seconds, true
+	})
+	if !ok || err != nil {
+		return p, ok, err
+	}
+	x0, x1 := g.nRange()
+	if err := hline(p, "break-even (1×)", 1, x0, x1, guideColor); err != nil {
+		return nil, false, err
+	}
+	padLog(p, 1.2)
+	return p, true, nil
+}
+
+// errorPlot draws each mechanism's relative error against length, with
+// the summary's error bound.
+func errorPlot(g grid, pal *palette, causal bool, maxErr float64) (p *plot.Plot, ok bool, err error) {
+	p, ok, err = vsN(g, pal, causal, "relative error", "‖O−Ô‖_F / ‖O‖_F (log scale)", func(r *Row) (float64, bool) {
+		if r.RelErr == nil {
+			return 0, false
+		}
+		return math.Max(*r.RelErr, errFloor), true
+	})
+	if !ok || err != nil {
+		return p, ok, err
+	}
+	if maxErr > 0 {
+		x0, x1 := g.nRange()
+		if err := hline(p, fmt.Sprintf("error bound %s (-max-err)", FormatErr(maxErr)), maxErr, x0, x1, boundColor); err != nil {
+			return nil, false, err
+		}
+	}
+	padLog(p, 1.3)
+	return p, true, nil
+}
+
+// memoryPlot draws the bytes one call allocates against length.
+func memoryPlot(g grid, pal *palette, causal bool) (p *plot.Plot, ok bool, err error) {
+	p, ok, err = vsN(g, pal, causal, "extra memory per call", "bytes allocated on the Go heap (log scale)", func(r *Row) (float64, bool) {
+		return float64(r.ExtraBytes), r.ExtraBytes > 0
+	})
+	if ok {
+		padLog(p, 1.3)
+	}
+	return p, ok, err
+}
+
+// bandwidthPlot draws decode rows' K/V read rate against cache length,
+// one line per cache configuration, with the DRAM read bandwidth the
+// machine measured.
+func bandwidthPlot(g grid, pal *palette, dram float64) (p *plot.Plot, ok bool, err error) {
+	p, ok, err = vsN(g, pal, true, "K/V bytes read per second", "GB/s (log scale)", func(r *Row) (float64, bool) { return r.GBps, r.GBps > 0 })
+	if !ok || err != nil {
+		return p, ok, err
+	}
+	p.Title.Text = "decode: K/V bytes read per second against the cache length"
+	if dram > 0 {
+		x0, x1 := g.nRange()
+		if err := hline(p, fmt.Sprintf("measured DRAM read %.1f GB/s", dram), dram, x0, x1, boundColor); err != nil {
+			return nil, false, err
+		}
+	}
+	padLog(p, 1.3)
 	return p, true, nil
 }
 
@@ -265,19 +433,19 @@ func frontOf(xys plotter.XYs, fellBack []bool) plotter.XYs {
 }
 
 // paretoPlot draws error against time for the rows of mode and mask at
-// length n that have both, and the front of the ones no other beats on
-// both. An error of 0 (a mechanism that fell back to exact attention) and
-// exact's error where the float64 reference did not run are drawn a decade
-// below the smallest error measured, and said so. Rows that say they fell
-// back (Row.Fallback) are drawn ringed and labelled so, and are never on
-// the front: they are exact attention under another name.
-func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok bool, err error) {
+// length n that have both, each mechanism in its own colour and glyph
+// (named in the legend, not by labels that would print over each other),
+// the front of the ones no other beats on both, and the error bound.
+// exact's error where the float64 reference did not run, and an error of
+// 0, are drawn a decade below the smallest measured. Rows that fell back
+// to exact attention (Row.Fallback) are left out: they are exact
+// attention under another name.
+func paretoPlot(rows []Row, pal *palette, mode string, causal bool, n int, maxErr float64) (p *plot.Plot, ok bool, err error) {
 	var xys plotter.XYs
-	var labels []string
-	var fellBack []bool
+	var names []string
 	smallest := math.Inf(1)
 	for _, r := range rows {
-		if r.Mode != mode || r.Causal != causal || r.N != n || r.Skipped != "" || r.Mech == "ref" || r.Seconds <= 0 {
+		if r.Mode != mode || r.Causal != causal || r.N != n || r.Skipped != "" || r.Mech == "ref" || r.Seconds <= 0 || r.Fallback != "" {
 			continue
 		}
 		e := math.NaN()
@@ -294,8 +462,7 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 			smallest = math.Min(smallest, e)
 		}
 		xys = append(xys, plotter.XY{X: r.Seconds, Y: e})
-		labels = append(labels, r.Mech)
-		fellBack = append(fellBack, r.Fallback != "")
+		names = append(names, seriesName(&r))
 	}
 	if len(xys) == 0 {
 		return nil, false, nil
@@ -308,86 +475,59 @@ func paretoPlot(rows []Row, mode string, causal bool, n int) (p *plot.Plot, ok b
 	for i := range xys {
 		if xys[i].Y < floor {
 			xys[i].Y = floor
-			labels[i] += "*"
 			atFloor = true
 		}
 	}
-	mask := "full mask"
-	if causal {
-		mask = "causal"
-	}
-	title := fmt.Sprintf("%s, %s, n=%d: speed and error", mode, mask, n)
+	title := fmt.Sprintf("%s, %s, n=%d: speed and error", mode, maskName(causal), n)
 	if atFloor {
-		title += "\n(* error 0, or not measured: drawn a decade below the smallest)"
+		title += " (error 0 or not measured: a decade below the smallest)"
 	}
-	p = newLogLog(title,
-		"seconds per call (log scale)", "relative error (log scale)")
-	var fallbacks plotter.XYs
-	for i, xy := range xys {
-		if fellBack[i] {
-			fallbacks = append(fallbacks, xy)
-			labels[i] += " (exact)"
-		}
-	}
-	if fxys := frontOf(xys, fellBack); len(fxys) > 0 {
+	p = newLogLog(title, "seconds per call (log scale)", "relative error (log scale)")
+	if fxys := frontOf(xys, make([]bool, len(xys))); len(fxys) > 0 {
 		l, err := plotter.NewLine(fxys)
 		if err != nil {
 			return nil, false, err
 		}
 		l.StepStyle = plotter.PostStep
-		l.Color = color.RGBA{R: 200, A: 255}
-		l.Width = vg.Points(1.5)
+		l.Color = color.Gray{Y: 60}
+		l.Width = vg.Points(1.2)
 		p.Add(l)
 		p.Legend.Add("Pareto front", l)
 	}
-	sc, err := plotter.NewScatter(xys)
-	if err != nil {
-		return nil, false, err
-	}
-	sc.Color = color.Black
-	sc.Shape = draw.CircleGlyph{}
-	p.Add(sc)
-	if err := markFallbacks(p, fallbacks); err != nil {
-		return nil, false, err
-	}
-	// Points closer than a factor of 1.5 on both axes would print their
-	// labels over each other: each such label goes one line lower.
-	for i := range xys {
-		below := 0
-		for j := range i {
-			if closeOnLog(xys[i].X, xys[j].X) && closeOnLog(xys[i].Y, xys[j].Y) {
-				below++
-			}
-		}
-		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: xys[i : i+1], Labels: labels[i : i+1]})
+	for i, xy := range xys {
+		sc, err := plotter.NewScatter(plotter.XYs{xy})
 		if err != nil {
 			return nil, false, err
 		}
-		lb.TextStyle[0].XAlign = draw.XLeft
-		lb.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(2 - 11*float64(below))}
-		p.Add(lb)
+		c, shape, _ := pal.style(names[i])
+		sc.Color, sc.Shape, sc.Radius = c, shape, vg.Points(4.5)
+		p.Add(sc)
+		p.Legend.Add(names[i], sc)
 	}
-	// Room for the labels right of the points.
+	x0, x1 := xys[0].X, xys[0].X
+	for _, xy := range xys {
+		x0, x1 = math.Min(x0, xy.X), math.Max(x1, xy.X)
+	}
+	if maxErr > 0 {
+		if err := hline(p, fmt.Sprintf("error bound %s (-max-err)", FormatErr(maxErr)), maxErr, x0/2, x1*2, boundColor); err != nil {
+			return nil, false, err
+		}
+	}
 	padLog(p, 2)
-	p.X.Max *= 3
 	return p, true, nil
 }
 
-// closeOnLog reports whether two positive values are within a factor of 1.5.
-func closeOnLog(a, b float64) bool { return a < 1.5*b && b < 1.5*a }
-
 // accuracyPlot draws the relative and spectral errors of one budget sweep
 // against its budget; ok is false with fewer than two points measured.
-func accuracyPlot(name string, pts []*AccuracyPoint) (p *plot.Plot, ok bool, err error) {
-	var rel, spec, fallbacks plotter.XYs
+// Points that ran exact attention instead of the approximation are left
+// out.
+func accuracyPlot(name string, pts []*AccuracyPoint, maxErr float64) (p *plot.Plot, ok bool, err error) {
+	var rel, spec plotter.XYs
 	for _, pt := range pts {
-		if pt.Skipped != "" || pt.RelErr == nil || pt.Value <= 0 {
+		if pt.Skipped != "" || pt.RelErr == nil || pt.Value <= 0 || pt.Fallback != "" {
 			continue
 		}
 		rel = append(rel, plotter.XY{X: float64(pt.Value), Y: math.Max(*pt.RelErr, errFloor)})
-		if pt.Fallback != "" {
-			fallbacks = append(fallbacks, rel[len(rel)-1])
-		}
 		if pt.SpectralErr != nil {
 			spec = append(spec, plotter.XY{X: float64(pt.Value), Y: math.Max(*pt.SpectralErr, errFloor)})
 		}
@@ -405,16 +545,19 @@ func accuracyPlot(name string, pts []*AccuracyPoint) (p *plot.Plot, ok bool, err
 		ticks = append(ticks, int(xy.X))
 	}
 	p.X.Tick.Marker = ticks
-	if err := addLine(p, "relative Frobenius", 0, rel); err != nil {
+	pal := newPalette([]string{"relative Frobenius", "spectral norm"})
+	if err := pal.line(p, "relative Frobenius", rel); err != nil {
 		return nil, false, err
 	}
 	if len(spec) > 0 {
-		if err := addLine(p, "spectral norm", 1, spec); err != nil {
+		if err := pal.line(p, "spectral norm", spec); err != nil {
 			return nil, false, err
 		}
 	}
-	if err := markFallbacks(p, fallbacks); err != nil {
-		return nil, false, err
+	if maxErr > 0 {
+		if err := hline(p, fmt.Sprintf("error bound %s", FormatErr(maxErr)), maxErr, rel[0].X, rel[len(rel)-1].X, boundColor); err != nil {
+			return nil, false, err
+		}
 	}
 	padLog(p, 1.2)
 	return p, true, nil
@@ -422,32 +565,33 @@ func accuracyPlot(name string, pts []*AccuracyPoint) (p *plot.Plot, ok bool, err
 
 // costPlot draws every budget sweep of a as a curve of error against time
 // per call: how much accuracy each mechanism buys with each second.
-func costPlot(a *Accuracy) (p *plot.Plot, ok bool, err error) {
+func costPlot(a *Accuracy, maxErr float64) (p *plot.Plot, ok bool, err error) {
 	p = newLogLog(fmt.Sprintf("error against time per call as the budget grows (n=%d)", a.N),
 		"seconds per call (log scale)", "relative error (log scale)")
 	names, groups := sweepGroups(a)
-	var fallbacks plotter.XYs
-	for i, name := range names {
+	pal := newPalette(names)
+	x0, x1 := math.Inf(1), 0.0
+	for _, name := range names {
 		var xys plotter.XYs
 		for _, pt := range groups[name] {
-			if pt.Skipped == "" && pt.RelErr != nil && pt.Seconds > 0 {
+			if pt.Skipped == "" && pt.RelErr != nil && pt.Seconds > 0 && pt.Fallback == "" {
 				xys = append(xys, plotter.XY{X: pt.Seconds, Y: math.Max(*pt.RelErr, errFloor)})
-				if pt.Fallback != "" {
-					fallbacks = append(fallbacks, xys[len(xys)-1])
-				}
+				x0, x1 = math.Min(x0, pt.Seconds), math.Max(x1, pt.Seconds)
 			}
 		}
 		if len(xys) == 0 {
 			continue
 		}
-		if err := addLine(p, name, i, xys); err != nil {
+		if err := pal.line(p, name, xys); err != nil {
 			return nil, false, err
 		}
 		ok = true
 	}
 	if ok {
-		if err := markFallbacks(p, fallbacks); err != nil {
-			return nil, false, err
+		if maxErr > 0 {
+			if err := hline(p, fmt.Sprintf("error bound %s", FormatErr(maxErr)), maxErr, x0, x1, boundColor); err != nil {
+				return nil, false, err
+			}
 		}
 		padLog(p, 1.3)
 	}

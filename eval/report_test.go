@@ -161,10 +161,29 @@ func TestReport(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	// Self-contained: time plots (full, causal), Pareto (full, causal), the
-	// cost plot and the one sweep with several points, all inline.
-	if got := strings.Count(html, "data:image/png;base64,"); got != 6 {
-		t.Errorf("%d embedded images, want 6", got)
+	// Self-contained: per mask the speed-up, time, error, memory and
+	// Pareto plots, then the cost plot and the one sweep with several
+	// points, all inline, each named in the page.
+	var want []string
+	for _, m := range []string{"full", "causal"} {
+		for _, kind := range []string{"speedup", "time", "error", "memory", "pareto"} {
+			want = append(want, kind+"-prefill-"+m)
+		}
+	}
+	want = append(want, "accuracy-cost", "accuracy-1")
+	if got := strings.Count(html, "data:image/png;base64,"); got != len(want) {
+		t.Errorf("%d embedded images, want %d", got, len(want))
+	}
+	for _, name := range want {
+		if !strings.Contains(html, `id="fig-`+name+`"`) || !strings.Contains(html, `href="plots/`+name+`.svg"`) {
+			t.Errorf("report lacks figure %s or its SVG link", name)
+		}
+	}
+	// A table of contents that reaches every part.
+	for _, id := range []string{"machine", "bench", "bench-prefill", "accuracy", "definitions"} {
+		if !strings.Contains(html, `href="#`+id+`"`) || !strings.Contains(html, `id="`+id+`"`) {
+			t.Errorf("table of contents lacks %s", id)
+		}
 	}
 	if strings.Contains(html, `src="http`) || strings.Contains(html, `href="http`) {
 		t.Error("report links outside itself")

@@ -235,7 +235,8 @@ func Load(dir string) (*Results, error) {
 	return &r, nil
 }
 
-// Save writes r as DIR/results.json and DIR/report.html, creating DIR.
+// Save writes r as DIR/results.json, creating DIR, then the report of
+// everything in DIR (SaveReport): report.html and its figures in plots/.
 func (r *Results) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -247,13 +248,5 @@ func (r *Results) Save(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, ResultsFile), append(buf, '\n'), 0o644); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, ReportFile))
-	if err != nil {
-		return err
-	}
-	if err := WriteReport(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return SaveReport(dir)
 }

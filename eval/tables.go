@@ -439,6 +439,11 @@ func WriteBenchTables(w io.Writer, r *Results) {
 	writeSections(w, benchSections(r), false)
 }
 
+// WriteTable prints t as aligned text columns.
+func WriteTable(w io.Writer, t Table) {
+	writeText(w, append([][]string{t.Head}, t.Rows...), t.Left)
+}
+
 // writeSections prints sections as text, or as Markdown with md.
 func writeSections(w io.Writer, secs []Section, md bool) {
 	for _, sec := range secs {

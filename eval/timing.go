@@ -64,7 +64,7 @@ func Measure(ctx context.Context, cfg TimeConfig, f func() error) (Measurement, 
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	t0 := time.Now()
-	if err := protect(f); err != nil {
+	if err := Guard(f); err != nil {
 		return m, err
 	}
 	warm := time.Since(t0)
@@ -81,7 +81,7 @@ func Measure(ctx context.Context, cfg TimeConfig, f func() error) (Measurement, 
 			return m, err
 		}
 		t := time.Now()
-		if err := protect(f); err != nil {
+		if err := Guard(f); err != nil {
 			return m, err
 		}
 		d := time.Since(t)
@@ -99,8 +99,9 @@ func Measure(ctx context.Context, cfg TimeConfig, f func() error) (Measurement, 
 	return m, nil
 }
 
-// protect calls f and turns a panic into an error.
-func protect(f func() error) (err error) {
+// Guard calls f and turns a panic into an error, so that one broken
+// mechanism cannot end a sweep: the one panic recovery of the sweeps.
+func Guard(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)

@@ -96,28 +96,35 @@ func LoadText(cfg TextConfig, tok *tokenizer.Tokenizer) (*Text, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Tokens = tok.Encode(s, true)
-	if cfg.Limit > 0 && cfg.Limit < len(t.Tokens) {
-		t.Tokens = t.Tokens[:cfg.Limit]
+	tokens := tok.Encode(s, true)
+	if cfg.Limit > 0 && cfg.Limit < len(tokens) {
+		tokens = tokens[:cfg.Limit]
 	}
-	if len(t.Tokens) < 2 {
-		return nil, fmt.Errorf("%w: %s: %d tokens; perplexity needs at least one after BOS", attn.ErrInput, t.Name, len(t.Tokens))
+	if len(tokens) < 2 {
+		return nil, fmt.Errorf("%w: %s: %d tokens; perplexity needs at least one after BOS", attn.ErrInput, t.Name, len(tokens))
 	}
-	t.Chars = utf8.RuneCountInString(tok.Decode(t.Tokens))
-	begins, ends, _ := model.Windows(len(t.Tokens), t.Context, t.Stride)
+	w := NewText(t.Name, tokens, utf8.RuneCountInString(tok.Decode(tokens)), t.Context, t.Stride)
+	if cfg.SeqLen > 0 && w.Context > cfg.SeqLen {
+		w.Notes = append(w.Notes, fmt.Sprintf("note: -ctx %d is longer than the model's context of %d tokens: positions past it extrapolate the rotary embedding", w.Context, cfg.SeqLen))
+	}
+	if w.Context > len(w.Tokens) {
+		w.Notes = append(w.Notes, fmt.Sprintf("note: the text has %d tokens, fewer than -ctx %d: one window of %d", len(w.Tokens), w.Context, len(w.Tokens)))
+	}
+	return w, nil
+}
+
+// NewText windows tokens (BOS first) that decode to chars characters,
+// with windows of context tokens every stride.
+func NewText(name string, tokens []int, chars, context, stride int) *Text {
+	t := &Text{Name: name, Tokens: tokens, Chars: chars, Context: context, Stride: stride}
+	begins, ends, _ := model.Windows(len(tokens), context, stride)
 	t.Windows = len(begins)
-	t.Shortest = len(t.Tokens)
+	t.Shortest = len(tokens)
 	for w := range begins {
 		l := ends[w] - begins[w]
 		t.Longest, t.Shortest = max(t.Longest, l), min(t.Shortest, l)
 	}
-	if cfg.SeqLen > 0 && t.Context > cfg.SeqLen {
-		t.Notes = append(t.Notes, fmt.Sprintf("note: -ctx %d is longer than the model's context of %d tokens: positions past it extrapolate the rotary embedding", t.Context, cfg.SeqLen))
-	}
-	if t.Context > len(t.Tokens) {
-		t.Notes = append(t.Notes, fmt.Sprintf("note: the text has %d tokens, fewer than -ctx %d: one window of %d", len(t.Tokens), t.Context, len(t.Tokens)))
-	}
-	return t, nil
+	return t
 }
 
 // Options returns the perplexity options of the text's windows.

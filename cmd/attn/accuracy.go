@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/registry"
 )
 
@@ -144,12 +142,18 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	cfg := accuracyConfig{
-		names: names, set: set, s: s, o: attn.Options{Causal: *causal, Workers: workers},
-		input: *input, fixed: fixed, seeds: *seeds, seed: *seed,
-		command: "attn accuracy " + strings.Join(args, " "), stderr: stderr,
+	sets, err := experiment.ParseSettings(set)
+	if err != nil {
+		return err
 	}
-	acc, runErr := runAccuracy(ctx, cfg)
+	prog := newProgress(stderr, 0, 0)
+	cfg := experiment.AccuracyConfig{
+		Mechs: names, Settings: sets, Shape: s, Options: attn.Options{Causal: *causal, Workers: workers},
+		Input: *input, Fixed: fixed, Seeds: *seeds, Seed: *seed,
+		Command: "attn accuracy " + strings.Join(args, " "), Lookup: lookupMech, Progress: prog,
+	}
+	acc, runErr := experiment.RunAccuracy(ctx, cfg)
+	prog.finish()
 	if acc == nil {
 		return runErr
 	}
@@ -180,84 +184,6 @@ func cmdAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return runErr
 }
 
-// accuracyConfig is one accuracy sweep.
-type accuracyConfig struct {
-	names, set []string
-	s          attn.Shape
-	o          attn.Options
-	input      string       // the built-in kind drawn per seed, unless fixed
-	fixed      *eval.Inputs // inputs read from files
-	seeds      int
-	seed       uint64
-	// deadline, when not zero, skips the points not reached by then.
-	deadline time.Time
-	command  string
-	stderr   io.Writer
-}
-
-// runAccuracy measures every point of the sweeps of cfg.names. A bad
-// mechanism name or setting fails it (nil result); a point whose mechanism
-// fails is skipped with the reason. When ctx ends it returns the points so
-// far with ctx's error.
-func runAccuracy(ctx context.Context, cfg accuracyConfig) (*eval.Accuracy, error) {
-	exactEntry, err := lookupMech("exact")
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range cfg.names {
-		if _, err := lookupMech(name); err != nil {
-			return nil, err
-		}
-	}
-	if err := checkSettings(cfg.names, cfg.set); err != nil {
-		return nil, err
-	}
-	points, err := planPoints(cfg.names, cfg.set, cfg.o.Causal)
-	if err != nil {
-		return nil, err
-	}
-	s := cfg.s
-	acc := &eval.Accuracy{
-		Command: cfg.command, Date: time.Now().Format(time.RFC3339),
-		Input: cfg.input, B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: s.M, D: s.D, Causal: cfg.o.Causal, Seeds: cfg.seeds,
-	}
-	if cfg.fixed != nil {
-		acc.Input = cfg.fixed.Kind
-	}
-	prog := newProgress(cfg.stderr, cfg.seeds*len(points), 0)
-	runErr := func() error {
-		for i := range cfg.seeds {
-			sd := cfg.seed + uint64(i)
-			in := cfg.fixed
-			if in == nil {
-				if in, err = eval.Generate(cfg.input, s, cfg.o.Causal, sd); err != nil {
-					return err
-				}
-			}
-			base, err := exactReference(ctx, exactEntry, s, cfg.o, in, sd)
-			if err != nil {
-				return err
-			}
-			for _, p := range points {
-				prog.begin(fmt.Sprintf("%s=%d seed %d", p.sweep.Name(), p.value, sd))
-				if !cfg.deadline.IsZero() && time.Now().After(cfg.deadline) && p.skipped == "" {
-					p.skipped = "the time budget ran out before this point"
-				}
-				if err := p.run(ctx, s, cfg.o, in, base, sd); err != nil {
-					return err
-				}
-				prog.end(p.skipped)
-			}
-		}
-		return nil
-	}()
-	prog.finish()
-	for _, p := range points {
-		acc.Points = append(acc.Points, p.result(cfg.seeds))
-	}
-	return acc, runErr
-}
-
 // loadInputs reads Q, K and V (each PATH or PATH:NAME, see loadTensor).
 func loadInputs(qp, kp, vp, qn, kn, vn string) (*eval.Inputs, error) {
 	q, err := loadTensor(qp, qn)
@@ -277,180 +203,4 @@ func loadInputs(qp, kp, vp, qn, kn, vn string) (*eval.Inputs, error) {
 		return nil, err
 	}
 	return &eval.Inputs{Shape: s, Q: q.Data, K: k.Data, V: v.Data}, nil
-}
-
-// exactReference runs exact attention on in, the reference of every point.
-func exactReference(ctx context.Context, e registry.Entry, s attn.Shape, o attn.Options, in *eval.Inputs, seed uint64) (*eval.Reference[float32], error) {
-	p, err := registry.ParseSettings(nil)
-	if err != nil {
-		return nil, err
-	}
-	m, err := e.New(p, seed)
-	if err != nil {
-		return nil, err
-	}
-	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-	if err := m.Forward(ctx, s, in.Q, in.K, in.V, o, out, lse); err != nil {
-		return nil, fmt.Errorf("exact attention: %w", err)
-	}
-	return eval.NewReference(s, out, lse)
-}
-
-// planPoints lists the points of every sweep of the named mechanisms: the
-// sweep's fixed settings, then the -set values the mechanism knows, then
-// the swept parameters, each later one overriding an earlier one of the
-// same name. A sweep over a parameter the mechanism does not know is one
-// skipped point. A point's params are every parameter in effect under
-// the mask, defaults included.
-func planPoints(names, set []string, causal bool) ([]*accPoint, error) {
-	var points []*accPoint
-	for _, name := range names {
-		e, err := lookupMech(name)
-		if err != nil {
-			return nil, err
-		}
-		knows := func(p string) bool {
-			_, ok := e.Param(p)
-			return ok
-		}
-		for _, sw := range eval.SweepsFor(e) {
-			if i := slices.IndexFunc(sw.Params, func(p string) bool { return !knows(p) }); i >= 0 {
-				points = append(points, &accPoint{sweep: sw, entry: e,
-					skipped: fmt.Sprintf("%s has no parameter %q", name, sw.Params[i])})
-				continue
-			}
-			values := sw.Values
-			if len(values) == 0 {
-				values = []int{0}
-			}
-			for _, v := range values {
-				byName := map[string]string{}
-				var order []string
-				add := func(kv string) {
-					k, val, _ := strings.Cut(kv, "=")
-					k = strings.TrimSpace(k)
-					if !knows(k) {
-						return
-					}
-					if _, ok := byName[k]; !ok {
-						order = append(order, k)
-					}
-					byName[k] = strings.TrimSpace(val)
-				}
-				for _, kv := range sw.Fixed {
-					add(kv)
-				}
-				for _, kv := range set {
-					add(kv)
-				}
-				for _, param := range sw.Params {
-					add(fmt.Sprintf("%s=%d", param, v))
-				}
-				p := &accPoint{sweep: sw, entry: e, value: v, params: byName}
-				for _, k := range order {
-					p.settings = append(p.settings, k+"="+byName[k])
-				}
-				// A bad value shows as the point's skip reason when it
-				// fails to build, with the settings as given.
-				if eff, err := e.Effective(p.settings, causal); err == nil {
-					p.params = eff
-				}
-				points = append(points, p)
-			}
-		}
-	}
-	return points, nil
-}
-
-// run measures the point on one seed's inputs. A mechanism that cannot be
-// built or fails marks the point skipped; only ctx ending is returned.
-func (p *accPoint) run(ctx context.Context, s attn.Shape, o attn.Options, in *eval.Inputs, base *eval.Reference[float32], seed uint64) error {
-	if p.skipped != "" {
-		return nil
-	}
-	params, err := registry.ParseSettings(p.settings)
-	if err != nil {
-		p.skipped = err.Error()
-		return nil
-	}
-	m, err := p.entry.New(params, seed)
-	if err != nil {
-		p.skipped = err.Error()
-		return nil
-	}
-	p.fallback = attn.FallbackOf(m, s, o)
-	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-	t := time.Now()
-	err = func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("panic: %v", r)
-			}
-		}()
-		return m.Forward(ctx, s, in.Q, in.K, in.V, o, out, lse)
-	}()
-	secs := time.Since(t).Seconds()
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		p.skipped = "error: " + err.Error()
-		return nil
-	}
-	e, err := base.Compare(out, lse)
-	if err != nil {
-		return err
-	}
-	p.errs = append(p.errs, e)
-	p.secs = append(p.secs, secs)
-	return nil
-}
-
-// result summarises the seeds: the mean of each metric over the seeds
-// that ran, the range of the relative error, the median time.
-func (p *accPoint) result(seeds int) eval.AccuracyPoint {
-	r := eval.AccuracyPoint{
-		Sweep: p.sweep.Name(), Mech: p.sweep.Mech, Param: strings.Join(p.sweep.Params, ","),
-		Value: p.value, Unit: p.sweep.Unit, Params: p.params, Skipped: p.skipped, Seeds: len(p.errs),
-	}
-	if r.Params == nil {
-		r.Params = map[string]string{}
-	}
-	if p.skipped != "" || len(p.errs) == 0 {
-		if r.Skipped == "" {
-			r.Skipped = "not run"
-		}
-		return r
-	}
-	r.Fallback = p.fallback
-	mean := func(f func(eval.Errors) float64) *float64 {
-		s := 0.0
-		for _, e := range p.errs {
-			s += f(e)
-		}
-		s /= float64(len(p.errs))
-		if math.IsNaN(s) || math.IsInf(s, 0) {
-			return nil
-		}
-		return &s
-	}
-	r.RelErr = mean(func(e eval.Errors) float64 { return e.Rel })
-	r.MaxRowErr = mean(func(e eval.Errors) float64 { return e.MaxRow })
-	r.LSERelErr = mean(func(e eval.Errors) float64 { return e.LSE })
-	r.LSEMaxAbs = mean(func(e eval.Errors) float64 { return e.LSEMaxAbs })
-	r.SpectralErr = mean(func(e eval.Errors) float64 { return e.Spectral })
-	if r.RelErr == nil {
-		r.Note = "output not finite in some seed"
-	}
-	if seeds > 1 && r.RelErr != nil {
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, e := range p.errs {
-			lo, hi = math.Min(lo, e.Rel), math.Max(hi, e.Rel)
-		}
-		r.RelErrMin, r.RelErrMax = &lo, &hi
-	}
-	secs := slices.Clone(p.secs)
-	slices.Sort(secs)
-	r.Seconds = eval.Median(secs)
-	return r
 }

@@ -3,14 +3,12 @@ package main
 import (
 	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/ref"
 	"github.com/attnkit/attn/registry"
 	"github.com/attnkit/attn/tensorio"
@@ -124,63 +122,6 @@ func TestAccuracyFailingMechanism(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
-	}
-}
-
-// TestPlanPoints checks how a point's settings are put together: the
-// sweep's fixed ones, overridden by -set, overridden by the swept value;
-// names the mechanism does not know are dropped. Its params are every
-// parameter in effect, defaults included.
-func TestPlanPoints(t *testing.T) {
-	perf, err := registry.Lookup("performer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sweeps := eval.SweepsFor(perf)
-	if len(sweeps[0].Params) == 0 {
-		t.Fatal("no performer sweep in the registry")
-	}
-	param := sweeps[0].Params[0]
-	fake := perf
-	fake.Build = func(*registry.Params, uint64) (attn.Mechanism, error) { return flash.New(flash.Config{}), nil }
-	withFakes(t, fake)
-	points, err := planPoints([]string{"performer"}, []string{"min=7", param + "=3", "kind=trig", "window=9"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values []int
-	for _, p := range points {
-		if p.sweep.Name() != sweeps[0].Name() {
-			continue
-		}
-		values = append(values, p.value)
-		want, err := registry.Effective("performer", []string{"min=7", param + "=" + strconv.Itoa(p.value), "kind=trig"}, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want["min"] != "7" || want["kind"] != "trig" || want["chunk"] == "" {
-			t.Fatalf("effective %v", want)
-		}
-		if len(p.params) != len(want) {
-			t.Errorf("point %d: params %v, want %v", p.value, p.params, want)
-		}
-		for k, v := range want {
-			if p.params[k] != v {
-				t.Errorf("point %d: %s=%q, want %q", p.value, k, p.params[k], v)
-			}
-		}
-	}
-	if !slices.Equal(values, sweeps[0].Values) {
-		t.Errorf("values %v, want %v", values, sweeps[0].Values)
-	}
-	// A mechanism without the swept parameter gets one skipped point.
-	withFakes(t, registry.Entry{Name: "performer", Build: fake.Build, Sweeps: perf.Sweeps})
-	points, err = planPoints([]string{"performer"}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(points) != len(sweeps) || !strings.Contains(points[0].skipped, "has no parameter") {
-		t.Errorf("points without the parameter: %d, %q", len(points), points[0].skipped)
 	}
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,13 +12,12 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/ref"
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/registry"
 )
 
-// refMech names the float64 reference in bench rows: the naive dense
-// computation every kernel is checked against.
-const refMech = "ref"
+// refMech names the float64 reference in bench rows.
+const refMech = experiment.Ref
 
 // The registry as the commands see it; tests replace these to add a
 // mechanism that fails on purpose.
@@ -45,33 +42,6 @@ func (c *causalFlag) values() []bool {
 		return []bool{false, true}
 	}
 	return []bool{c.v}
-}
-
-type benchConfig struct {
-	mode, dtype   string
-	mechs         []string
-	hkvs          []int    // decode: the cache head counts swept
-	dtypes        []string // decode: the storage types swept
-	ns            []int
-	b, h, hkv, d  int
-	causal        []bool
-	reps, workers int
-	seed          uint64
-	set           []string
-	// Budgets; 0 means no limit. refBudget and callBudget bound the
-	// forecast time of one call (of ref, of anything else), rowTime the
-	// time spent repeating one row's timed calls, budget the whole sweep.
-	refBudget, callBudget, rowTime, budget time.Duration
-	memBudget                              float64 // bytes
-	maxErr                                 float64
-	paretoN                                int
-	input                                  string // eval.Model, eval.Gaussian or eval.Planted
-	// src holds the model's activations when input is eval.Model.
-	src     *eval.ModelSource
-	probe   bool
-	command string
-	stderr  io.Writer
-	start   time.Time // of the command, for -budget
 }
 
 // defaultMemBudget is half the memory available now, or 8 GiB where that
@@ -144,65 +114,64 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := eval.CheckFormat(*format); err != nil {
 		return err
 	}
-	cfg := benchConfig{
-		mode: *mode, dtype: *dtype, b: b, h: h, hkv: hkv, d: d,
-		causal: causal.values(), reps: reps, workers: workers, seed: *seed, set: set,
-		refBudget: *refBudget, callBudget: *callBudget, rowTime: *rowTime, budget: *budget,
-		memBudget: memBudget * (1 << 30), maxErr: *maxErr, paretoN: *paretoN, probe: *probe, input: *input,
-		command: "attn bench " + strings.Join(args, " "), stderr: stderr, start: time.Now(),
-	}
-	var err error
-	if cfg.ns, err = parseInts("n", *ns, 1, 1<<24, false); err != nil {
+	sets, err := experiment.ParseSettings(set)
+	if err != nil {
 		return err
 	}
-	cfg.mechs = parseNames(*mechs)
-	if cfg.mode == "decode" {
+	cfg := experiment.BenchConfig{
+		Mode: *mode, DType: *dtype, B: b, H: h, HKV: hkv, D: d,
+		Causal: causal.values(), Reps: reps, Workers: workers, Seed: *seed, Settings: sets,
+		RefBudget: *refBudget, CallBudget: *callBudget, RowTime: *rowTime, Budget: *budget,
+		MemBudget: memBudget * (1 << 30), MaxErr: *maxErr, ParetoN: *paretoN, Probe: *probe, Input: *input,
+		Command: "attn bench " + strings.Join(args, " "), Start: time.Now(), Lookup: lookupMech,
+	}
+	if cfg.Ns, err = parseInts("n", *ns, 1, 1<<24, false); err != nil {
+		return err
+	}
+	cfg.Mechs = parseNames(*mechs)
+	switch cfg.Mode {
+	case experiment.Decode:
 		if err := decodeDefaults(&cfg, given); err != nil {
 			return err
 		}
-	}
-	if cfg.hkv == 0 {
-		cfg.hkv = cfg.h
-	}
-	slices.Sort(cfg.ns)
-	cfg.ns = slices.Compact(cfg.ns)
-	switch {
-	case benchModes[cfg.mode] == nil:
-		return fmt.Errorf("-mode %q: want prefill or decode", cfg.mode)
-	case cfg.mode == "prefill" && cfg.dtype != "f32":
-		return fmt.Errorf("-dtype %q: prefill supports f32 only", cfg.dtype)
-	case len(cfg.ns) == 0:
-		return fmt.Errorf("-n: no lengths")
-	case len(cfg.mechs) == 0:
-		return fmt.Errorf("-mech: no mechanisms")
-	case cfg.refBudget < 0 || cfg.callBudget < 0 || cfg.rowTime < 0 || cfg.budget < 0 || cfg.memBudget < 0:
-		return fmt.Errorf("budgets must not be negative")
-	case cfg.input != eval.Model && cfg.input != eval.Gaussian && cfg.input != eval.Planted:
-		return fmt.Errorf("-input %q: want %s, %s or %s", cfg.input, eval.Model, eval.Gaussian, eval.Planted)
-	case !(cfg.maxErr >= 0):
-		return fmt.Errorf("-max-err %v: want >= 0", cfg.maxErr)
-	}
-	if cfg.mode == "decode" {
 		// Decode rows fill caches with Gaussian keys and values.
-		if given["input"] && cfg.input != eval.Gaussian {
-			return fmt.Errorf("-input %s: decode mode fills its caches with Gaussian keys and values only", cfg.input)
+		if given["input"] && cfg.Input != eval.Gaussian {
+			return fmt.Errorf("-input %s: decode mode fills its caches with Gaussian keys and values only", cfg.Input)
 		}
-		cfg.input = eval.Gaussian
+		cfg.Input = eval.Gaussian
+	case experiment.Prefill:
+	default:
+		return fmt.Errorf("-mode %q: want prefill or decode", cfg.Mode)
 	}
-	if cfg.input == eval.Model {
+	if cfg.HKV == 0 {
+		cfg.HKV = cfg.H
+	}
+	if cfg.Input == eval.Model {
 		for _, f := range []string{"batch", "heads", "kv-heads", "d"} {
 			if given[f] {
 				return fmt.Errorf("-%s: with -input model the shape is the model's; use -input gaussian for other shapes", f)
 			}
 		}
-		n := max(slices.Max(cfg.ns), *accN)
-		if cfg.src, err = modelInputs(ctx, *layer, n, cfg.workers, stderr); err != nil {
+		// Check the rest before the model runs.
+		probe := cfg
+		probe.Input, probe.B, probe.H, probe.HKV, probe.D = eval.Gaussian, 1, 1, 1, 1
+		if err := probe.Check(); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "inputs: %s\n", cfg.src.Name)
-		cfg.b, cfg.h, cfg.hkv, cfg.d = 1, cfg.src.Shape.H, cfg.src.Shape.HKV, cfg.src.Shape.D
+		n := max(slices.Max(cfg.Ns), *accN)
+		if cfg.Source, err = modelInputs(ctx, *layer, n, cfg.Workers, stderr); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "inputs: %s\n", cfg.Source.Name)
+		cfg.B, cfg.H, cfg.HKV, cfg.D = 1, cfg.Source.Shape.H, cfg.Source.Shape.HKV, cfg.Source.Shape.D
 	}
-	res, err := bench(ctx, cfg)
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	prog := newProgress(stderr, 0, cfg.Budget)
+	cfg.Progress = prog
+	res, err := experiment.RunBench(ctx, cfg)
+	prog.finish()
 	if res == nil {
 		return err
 	}
@@ -213,7 +182,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		eval.WriteBenchTables(stdout, res)
 	}
 	if err == nil && *out != "" && *accN > 0 {
-		res.Accuracy, err = benchAccuracy(ctx, cfg, *accN)
+		res.Accuracy, err = benchAccuracy(ctx, cfg, *accN, stderr)
 		if res.Accuracy != nil && text {
 			fmt.Fprintln(stdout)
 			eval.WriteAccuracyTables(stdout, res.Accuracy)
@@ -238,20 +207,20 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // benchAccuracy runs the accuracy sweep of the benchmarked mechanisms at
-// length n on the benchmark's kind of inputs, for the report, within what is left of
-// -budget; nil when there is nothing to sweep or no time left.
-func benchAccuracy(ctx context.Context, cfg benchConfig, n int) (*eval.Accuracy, error) {
+// length n on the benchmark's kind of inputs, for the report, within what
+// is left of -budget; nil when there is nothing to sweep or no time left.
+func benchAccuracy(ctx context.Context, cfg experiment.BenchConfig, n int, stderr io.Writer) (*eval.Accuracy, error) {
 	var names []string
-	for _, m := range cfg.mechs {
+	for _, m := range cfg.Mechs {
 		if m != refMech && m != "exact" {
 			names = append(names, m)
 		}
 	}
 	var deadline time.Time
-	if cfg.budget > 0 {
-		deadline = cfg.start.Add(cfg.budget)
+	if cfg.Budget > 0 {
+		deadline = cfg.Start.Add(cfg.Budget)
 		if time.Now().After(deadline) {
-			fmt.Fprintf(cfg.stderr, "no accuracy sweep: -budget %s is spent\n", cfg.budget)
+			fmt.Fprintf(stderr, "no accuracy sweep: -budget %s is spent\n", cfg.Budget)
 			return nil, nil
 		}
 	}
@@ -259,18 +228,21 @@ func benchAccuracy(ctx context.Context, cfg benchConfig, n int) (*eval.Accuracy,
 		return nil, nil
 	}
 	var fixed *eval.Inputs
-	if cfg.src != nil {
+	if cfg.Source != nil {
 		var err error
-		if fixed, err = cfg.src.Inputs(modelShape(cfg.src, n)); err != nil {
+		if fixed, err = cfg.Source.Inputs(modelShape(cfg.Source, n)); err != nil {
 			return nil, err
 		}
-		fixed.Kind = cfg.src.Name
+		fixed.Kind = cfg.Source.Name
 	}
-	return runAccuracy(ctx, accuracyConfig{
-		names: names, set: cfg.set,
-		s: attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d},
-		o: attn.Options{Workers: cfg.workers}, input: cfg.input, fixed: fixed, seeds: 1, seed: cfg.seed, deadline: deadline,
-		command: fmt.Sprintf("attn bench -accuracy-n %d (the sweeps of attn accuracy -n %d)", n, n), stderr: cfg.stderr,
+	prog := newProgress(stderr, 0, 0)
+	defer prog.finish()
+	return experiment.RunAccuracy(ctx, experiment.AccuracyConfig{
+		Mechs: names, Settings: cfg.Settings,
+		Shape:   attn.Shape{B: cfg.B, H: cfg.H, HKV: cfg.HKV, N: n, M: n, D: cfg.D},
+		Options: attn.Options{Workers: cfg.Workers}, Input: cfg.Input, Fixed: fixed, Seeds: 1, Seed: cfg.Seed, Deadline: deadline,
+		Command: fmt.Sprintf("attn bench -accuracy-n %d (the sweeps of attn accuracy -n %d)", n, n),
+		Lookup:  cfg.Lookup, Progress: prog,
 	})
 }
 
@@ -285,499 +257,4 @@ func saveMerged(dir string, res *eval.Results, keep func(old *eval.Results)) err
 		keep(old)
 	}
 	return res.Save(dir)
-}
-
-// mechanism is one row source of a sweep.
-type mechanism struct {
-	name string
-	m    attn.Mechanism // nil for ref
-	// params are the parameters in effect, defaults included, without
-	// and with the causal mask (registry.Entry.Effective).
-	params [2]map[string]string
-}
-
-// paramsFor returns the parameters in effect for a row.
-func (m mechanism) paramsFor(causal bool) map[string]string {
-	if causal {
-		return m.params[1]
-	}
-	return m.params[0]
-}
-
-// fallback returns why the mechanism runs exact attention for a call of
-// shape s under o, or "".
-func (m mechanism) fallback(s attn.Shape, o attn.Options) string {
-	if m.m == nil {
-		return ""
-	}
-	return attn.FallbackOf(m.m, s, o)
-}
-
-// buildMechs builds the selected mechanisms with the -set values each
-// knows. Unknown names, bad parameters and a -set that no selected
-// mechanism knows (a typo, most likely) fail the command.
-func buildMechs(names, set []string, seed uint64) ([]mechanism, error) {
-	if err := checkSettings(names, set); err != nil {
-		return nil, err
-	}
-	var out []mechanism
-	for _, name := range names {
-		if name == refMech {
-			out = append(out, mechanism{name: name, params: [2]map[string]string{{}, {}}})
-			continue
-		}
-		e, err := lookupMech(name)
-		if err != nil {
-			return nil, err
-		}
-		mine := settingsFor(e, set)
-		p, err := registry.ParseSettings(mine)
-		if err != nil {
-			return nil, err
-		}
-		m, err := e.New(p, seed)
-		if err != nil {
-			return nil, err
-		}
-		mech := mechanism{name: name, m: m}
-		for i, causal := range []bool{false, true} {
-			if mech.params[i], err = e.Effective(mine, causal); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, mech)
-	}
-	return out, nil
-}
-
-// checkSettings fails on a -set that is not name=value or whose name no
-// mechanism among names documents.
-func checkSettings(names, set []string) error {
-	if _, err := registry.ParseSettings(set); err != nil {
-		return err
-	}
-	for _, kv := range set {
-		name, _, _ := strings.Cut(kv, "=")
-		name = strings.TrimSpace(name)
-		known := false
-		for _, m := range names {
-			if e, err := lookupMech(m); err == nil {
-				_, ok := e.Param(name)
-				known = known || ok
-			}
-		}
-		if !known {
-			return fmt.Errorf("-set %s: no selected mechanism has a parameter %q (see attn run -mech NAME -h)", kv, name)
-		}
-	}
-	return nil
-}
-
-// settingsFor keeps the -set values that entry e documents.
-func settingsFor(e registry.Entry, set []string) []string {
-	var mine []string
-	for _, kv := range set {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, ok := e.Param(strings.TrimSpace(name)); ok {
-			mine = append(mine, kv)
-		}
-	}
-	return mine
-}
-
-// sweep is the state of one bench run: the forecasts of every series and
-// the clock of the whole.
-type sweep struct {
-	cfg    benchConfig
-	start  time.Time
-	growth map[string]*eval.Growth // by mechanism and mask
-	prog   *progress
-	// baseline is exact attention for the errors when no row runs it.
-	baseline attn.Mechanism
-}
-
-func (sw *sweep) growthOf(name string, causal bool) *eval.Growth {
-	k := fmt.Sprintf("%s/%v", name, causal)
-	if sw.growth[k] == nil {
-		sw.growth[k] = &eval.Growth{}
-	}
-	return sw.growth[k]
-}
-
-// bench runs the sweep. Mechanism construction errors fail the command;
-// an error of one row is recorded in that row as its skip reason. When ctx
-// ends it returns the rows so far with ctx's error.
-func bench(ctx context.Context, cfg benchConfig) (*eval.Results, error) {
-	mechs, err := buildMechs(cfg.mechs, cfg.set, cfg.seed)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range cfg.ns {
-		s := attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d}
-		if err := s.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	threads := cfg.workers
-	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
-	}
-	res := &eval.Results{Version: attn.Version, Machine: eval.ProbeMachine(threads, cfg.probe)}
-	if m := res.Machine; m.PeakGFlops > 0 {
-		fmt.Fprintf(cfg.stderr, "measured peak %.1f GFLOP/s, DRAM read %.1f GB/s on %d threads\n", m.PeakGFlops, m.DRAMGBps, threads)
-	}
-	sw := &sweep{cfg: cfg, start: cfg.start, growth: map[string]*eval.Growth{}}
-	needsBaseline := slices.ContainsFunc(cfg.mechs, func(m string) bool { return m != refMech && m != "exact" })
-	if needsBaseline && !slices.Contains(cfg.mechs, "exact") {
-		e, err := lookupMech("exact")
-		if err != nil {
-			return nil, err
-		}
-		p, err := registry.ParseSettings(nil)
-		if err != nil {
-			return nil, err
-		}
-		if sw.baseline, err = e.New(p, cfg.seed); err != nil {
-			return nil, err
-		}
-	}
-	total := len(cfg.ns) * len(cfg.causal) * len(mechs)
-	if cfg.mode == "decode" {
-		total = len(cfg.ns) * len(cfg.hkvs) * len(cfg.dtypes) * len(mechs)
-	}
-	sw.prog = newProgress(cfg.stderr, total, cfg.budget)
-	rows, err := benchModes[cfg.mode](sw, ctx, mechs)
-	sw.prog.finish()
-	for i := range rows {
-		r := &rows[i]
-		if r.Mech == "exact" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
-			r.PeakPct = 100 * r.GFlops / res.Machine.PeakGFlops
-		}
-	}
-	sortRows(rows, cfg.mechs)
-	res.Rows = rows
-	res.Bench = &eval.BenchInfo{
-		Command: cfg.command, Date: time.Now().Format(time.RFC3339), Seconds: time.Since(sw.start).Seconds(),
-		Input: cfg.input, MaxErr: cfg.maxErr, ParetoN: cfg.paretoN,
-		Summary: eval.Summarize(rows, cfg.maxErr, cfg.input),
-	}
-	return res, err
-}
-
-// benchModes maps -mode to the sweep that produces its rows. A mode's rows
-// carry its name in Row.Mode; the tables, summary and report group by it,
-// so a new mode (decode: one query against a KV cache of each length, with
-// GBps of K/V read) needs only its function here.
-var benchModes = map[string]func(sw *sweep, ctx context.Context, mechs []mechanism) ([]eval.Row, error){
-	"prefill": (*sweep).prefill,
-	"decode":  (*sweep).decode,
-}
-
-// prefill times every mechanism on one prompt of each length, shortest
-// first so that each row's cost is forecast from the shorter ones.
-func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, error) {
-	cfg := sw.cfg
-	var rows []eval.Row
-	hasRef := slices.ContainsFunc(mechs, func(m mechanism) bool { return m.name == refMech })
-	for _, n := range cfg.ns {
-		c := prefillCase{s: attn.Shape{B: cfg.b, H: cfg.h, HKV: cfg.hkv, N: n, M: n, D: cfg.d}}
-		s := c.s
-		// What stays allocated while the rows of this length run: Q, K, V,
-		// one output and lse written by the row under test, exact's kept
-		// as the baseline, ref's float64 one, and a head of differences.
-		c.resident = 4 * float64(2*s.KVLen()+3*s.QLen()+2*s.LSELen())
-		if hasRef {
-			c.resident += 8 * float64(s.QLen()+s.LSELen())
-		}
-		c.resident += 8 * float64(s.N*s.D)
-		fits := c.resident <= cfg.memBudget
-		if fits {
-			c.out, c.lse = make([]float32, s.QLen()), make([]float32, s.LSELen())
-		}
-		for i, causal := range cfg.causal {
-			c.o = attn.Options{Causal: causal, Workers: cfg.workers}
-			// Planted keys must be visible to their query under the mask,
-			// so planted inputs are drawn per mask; Gaussian ones once.
-			if fits && (i == 0 || cfg.input == eval.Planted) {
-				var err error
-				if c.in, err = cfg.inputs(s, causal, cfg.seed+uint64(n)); err != nil {
-					return rows, err
-				}
-			}
-			c.refBase, c.exactBase = nil, nil
-			for _, mech := range orderForBaseline(mechs) {
-				mask := "full"
-				if causal {
-					mask = "causal"
-				}
-				sw.prog.begin(fmt.Sprintf("%s n=%d %s", mech.name, n, mask))
-				row, err := sw.prefillRow(ctx, &c, mech)
-				if err != nil {
-					row = interrupted(row)
-				}
-				rows = append(rows, row)
-				switch {
-				case err != nil:
-					sw.prog.end("interrupted")
-					return rows, err
-				case row.Skipped != "":
-					sw.prog.end("skipped: " + row.Skipped)
-				default:
-					sw.prog.end("")
-					sw.growthOf(mech.name, causal).Add(n, row.Seconds, row.ExtraBytes)
-				}
-			}
-		}
-	}
-	return rows, nil
-}
-
-// prefillCase is one length and mask of a prefill sweep: the inputs, the
-// buffers the rows write, and the baselines of the errors once they ran.
-type prefillCase struct {
-	s         attn.Shape
-	o         attn.Options
-	in        *eval.Inputs // nil when over -mem-budget
-	resident  float64      // bytes held while the rows run
-	out, lse  []float32
-	refBase   *eval.Reference[float64]
-	exactBase *eval.Reference[float32]
-}
-
-// prefillRow runs one mechanism on c. Budgets and the mechanism's own
-// errors make a skipped row; only ctx ending is returned as an error.
-func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism) (eval.Row, error) {
-	s, o := c.s, c.o
-	row := eval.Row{
-		Mode: "prefill", Mech: mech.name, B: s.B, H: s.H, HKV: s.HKV, N: s.N, M: s.M, D: s.D,
-		Causal: o.Causal, DType: sw.cfg.dtype, Params: mech.paramsFor(o.Causal),
-	}
-	if c.in == nil {
-		row.Skipped = fmt.Sprintf("inputs and outputs need %s > -mem-budget %s", fmtGiB(c.resident), fmtGiB(sw.cfg.memBudget))
-		return row, nil
-	}
-	if row.Skipped = sw.plan(mech.name, s, o.Causal, c.resident); row.Skipped != "" {
-		return row, nil
-	}
-	in := c.in
-	if mech.name == refMech {
-		var spec ref.Spec
-		if o.Causal {
-			spec.Mask = ref.Mask(s, o)
-		}
-		var out, lse []float64
-		err := sw.measure(ctx, &row, func() error {
-			var err error
-			out, lse, err = ref.Attention(s, in.Q, in.K, in.V, spec)
-			return err
-		})
-		if err != nil || row.Skipped != "" {
-			return row, err
-		}
-		c.refBase, err = eval.NewReference(s, out, lse)
-		return row, err
-	}
-	if mech.name != "exact" && c.exactBase == nil && sw.baseline != nil {
-		var err error
-		if c.exactBase, err = sw.runBaseline(ctx, s, o, in, c.resident); err != nil {
-			return row, err
-		}
-	}
-	err := sw.measure(ctx, &row, func() error {
-		return mech.m.Forward(ctx, s, in.Q, in.K, in.V, o, c.out, c.lse)
-	})
-	if err != nil || row.Skipped != "" {
-		return row, err
-	}
-	row.Fallback = mech.fallback(s, o)
-	return row, sw.compare(&row, s, c.out, c.lse, c.refBase, &c.exactBase)
-}
-
-// interrupted returns r as a row stopped by the end of the sweep's
-// context: its identity, no measurement, marked.
-func interrupted(r eval.Row) eval.Row {
-	return eval.Row{Mode: r.Mode, Mech: r.Mech, B: r.B, H: r.H, HKV: r.HKV, N: r.N, M: r.M, D: r.D,
-		Causal: r.Causal, DType: r.DType, Params: r.Params, Skipped: "interrupted", Interrupted: true}
-}
-
-// baselineMech is the growth series of the untimed exact calls that
-// provide the errors' baseline when exact is not among the rows.
-const baselineMech = "exact (baseline)"
-
-// runBaseline computes exact attention, untimed, as the baseline of the
-// other rows' errors when exact itself is not benchmarked. It returns nil
-// when the call would not fit the budgets; only ctx ending is an error.
-func (sw *sweep) runBaseline(ctx context.Context, s attn.Shape, o attn.Options, in *eval.Inputs, resident float64) (*eval.Reference[float32], error) {
-	if sw.plan(baselineMech, s, o.Causal, resident) != "" {
-		return nil, nil
-	}
-	out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-	t := time.Now()
-	if err := sw.baseline.Forward(ctx, s, in.Q, in.K, in.V, o, out, lse); err != nil {
-		return nil, ctx.Err()
-	}
-	sw.growthOf(baselineMech, o.Causal).Add(s.N, time.Since(t).Seconds(), 0)
-	return eval.NewReference(s, out, lse)
-}
-
-// compare fills row's errors: exact against the float64 reference (and
-// becomes the baseline), every other mechanism against exact.
-func (sw *sweep) compare(row *eval.Row, s attn.Shape, out, lse []float32,
-	refBase *eval.Reference[float64], exactBase **eval.Reference[float32]) error {
-	var e eval.Errors
-	var err error
-	switch {
-	case row.Mech == "exact":
-		if refBase != nil {
-			if e, err = refBase.Compare(out, lse); err != nil {
-				return err
-			}
-			row.SetErrors(e)
-		}
-		// out is reused by the next row: keep a copy as the baseline.
-		*exactBase, err = eval.NewReference(s, slices.Clone(out), slices.Clone(lse))
-		return err
-	case *exactBase != nil:
-		if e, err = (*exactBase).Compare(out, lse); err != nil {
-			return err
-		}
-		row.SetErrors(e)
-	default:
-		row.Note = "exact did not run at this length: no error measured"
-	}
-	return nil
-}
-
-// measure times one row. The mechanism's own errors and panics become the
-// row's skip reason; only ctx ending is returned.
-func (sw *sweep) measure(ctx context.Context, row *eval.Row, call func() error) error {
-	m, err := eval.Measure(ctx, eval.TimeConfig{Reps: sw.cfg.reps, MaxTime: sw.cfg.rowTime}, call)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		row.Skipped = "error: " + err.Error()
-		return nil
-	}
-	row.Seconds, row.SecondsMin, row.SecondsMax, row.SecondsSD = m.Median, m.Min, m.Max, m.SD
-	row.Reps = len(m.Samples)
-	if m.FromWarmup {
-		row.Reps = 0
-	}
-	row.ExtraBytes = m.ExtraBytes
-	if row.Mech == refMech || row.Mech == "exact" {
-		s := attn.Shape{B: row.B, H: row.H, HKV: row.HKV, N: row.N, M: row.M, D: row.D}
-		row.GFlops = eval.GFlops(eval.ExactFlops(s, row.Causal), row.Seconds)
-	}
-	return nil
-}
-
-// refGFlops is a conservative speed of the float64 reference, used to
-// forecast its first row, before any has been measured.
-const refGFlops = 0.5
-
-// plan returns why the row of mech at shape s should not run, or "": its
-// forecast time per call against -ref-budget or -call-budget, the forecast
-// time of the whole row against what is left of -budget, and the forecast
-// allocation plus the inputs (resident bytes) against -mem-budget.
-func (sw *sweep) plan(mech string, s attn.Shape, causal bool, resident float64) string {
-	cfg := sw.cfg
-	g := sw.growthOf(mech, causal)
-	est, known := g.Seconds(s.N)
-	bytes, _ := g.Bytes(s.N)
-	if !known && mech == refMech {
-		est = eval.ExactFlops(s, causal) / (refGFlops * 1e9)
-		bytes = 8 * float64(s.QLen()+s.LSELen()+s.M)
-		known = true
-	}
-	limit, flagName := cfg.callBudget, "-call-budget"
-	if mech == refMech {
-		limit, flagName = cfg.refBudget, "-ref-budget"
-	}
-	if known && limit > 0 && est > limit.Seconds() {
-		return fmt.Sprintf("forecast %s per call > %s %s", eval.FormatSeconds(est), flagName, limit)
-	}
-	if known && cfg.budget > 0 {
-		left := cfg.budget - time.Since(sw.start)
-		if cost := sw.rowCost(est); cost > left.Seconds() {
-			return fmt.Sprintf("forecast %s for the row, %s left of -budget %s",
-				eval.FormatSeconds(cost), eval.FormatSeconds(math.Max(left.Seconds(), 0)), cfg.budget)
-		}
-	}
-	if cfg.memBudget > 0 && resident+bytes > cfg.memBudget {
-		return fmt.Sprintf("forecast %s allocated per call + %s of inputs > -mem-budget %s",
-			fmtGiB(bytes), fmtGiB(resident), fmtGiB(cfg.memBudget))
-	}
-	return ""
-}
-
-// rowCost forecasts the seconds eval.Measure spends on calls of est
-// seconds: one warm-up, then timed calls until -row-time has passed (at
-// least one, unless the warm-up alone took that long), at most -reps.
-func (sw *sweep) rowCost(est float64) float64 {
-	rowTime := sw.cfg.rowTime.Seconds()
-	if est <= 0 {
-		return 0
-	}
-	if sw.cfg.rowTime > 0 && est >= rowTime {
-		return est
-	}
-	calls := float64(sw.cfg.reps)
-	if sw.cfg.rowTime > 0 {
-		calls = math.Min(calls, math.Max(1, math.Ceil((rowTime-est)/est)))
-	}
-	return est * (1 + calls)
-}
-
-func fmtGiB(b float64) string {
-	if b < 0 {
-		b = 0
-	}
-	return eval.FormatBytes(uint64(b))
-}
-
-// orderForBaseline runs ref first and exact second, so that every other
-// row can be compared with them, without changing the printed order.
-func orderForBaseline(mechs []mechanism) []mechanism {
-	rank := func(m string) int {
-		switch m {
-		case refMech:
-			return 0
-		case "exact":
-			return 1
-		}
-		return 2
-	}
-	out := slices.Clone(mechs)
-	slices.SortStableFunc(out, func(a, b mechanism) int { return rank(a.name) - rank(b.name) })
-	return out
-}
-
-// sortRows orders rows by the -mech order, then causal, then length.
-func sortRows(rows []eval.Row, mechs []string) {
-	slices.SortStableFunc(rows, func(a, b eval.Row) int {
-		if c := slices.Index(mechs, a.Mech) - slices.Index(mechs, b.Mech); c != 0 {
-			return c
-		}
-		if a.Causal != b.Causal {
-			if a.Causal {
-				return 1
-			}
-			return -1
-		}
-		return a.N - b.N
-	})
-}
-
-// inputs returns the inputs of shape s: the model's activations, or drawn
-// from seed.
-func (cfg benchConfig) inputs(s attn.Shape, causal bool, seed uint64) (*eval.Inputs, error) {
-	if cfg.src != nil {
-		in, err := cfg.src.Inputs(s)
-		if in != nil {
-			in.Kind = cfg.src.Name
-		}
-		return in, err
-	}
-	return eval.Generate(cfg.input, s, causal, seed)
 }

@@ -428,7 +428,7 @@ func TestBenchAndAccuracyShareDir(t *testing.T) {
 		t.Errorf("after a second accuracy run: %d rows, accuracy n=%d", len(res.Rows), res.Accuracy.N)
 	}
 	html := readReport(t, dir)
-	if !strings.Contains(html, "<h2>Benchmark</h2>") || !strings.Contains(html, "<h2>Accuracy</h2>") {
+	if !strings.Contains(html, `<h2 id="bench">Benchmark</h2>`) || !strings.Contains(html, `<h2 id="accuracy">Accuracy</h2>`) {
 		t.Error("report lacks the benchmark or the accuracy section")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/registry"
@@ -191,7 +192,7 @@ func TestLayerFallbacks(t *testing.T) {
 		{40, 12, []string{"layer 1 (fallsback): ran exact attention over 12 positions: N = 12 < min = 30"}},
 		{20, 0, []string{"layer 1 (fallsback): ran exact attention: N = 20 < min = 30"}},
 	} {
-		if got := layerFallbacks(fakeLayers{}, 3, c.n, c.shortest); !slices.Equal(got, c.want) {
+		if got := experiment.LayerFallbacks(fakeLayers{}, 3, c.n, c.shortest); !slices.Equal(got, c.want) {
 			t.Errorf("n=%d, shortest %d: %q, want %q", c.n, c.shortest, got, c.want)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/model"
 )
 
@@ -57,7 +58,7 @@ decoder. Without -model, the embedded model.`,
 		fmt.Fprintln(stderr, "patch:", patchSummary(mf.patches))
 		// Generation runs every layer through its decoder, whose rule
 		// (and fallback) need not be Forward's.
-		printLines(stderr, layerFallbacks(decodeLayers{patched}, patched.Config().Layers, len(ids), 0))
+		printLines(stderr, experiment.LayerFallbacks(decodeLayers{patched}, patched.Config().Layers, len(ids), 0))
 	}
 	// The prompt as the tokenizer sees it, then each token as it comes.
 	if _, err := io.WriteString(stdout, tok.Decode(ids)); err != nil {

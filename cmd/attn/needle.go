@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/attnkit/attn/eval"
 	"github.com/attnkit/attn/experiment"
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/model/austen"
@@ -119,13 +121,8 @@ otherwise.`,
 	}
 	fmt.Fprintln(stderr, "model:", describeModel(mf.model, exact))
 	bar := newProgress(stderr, 0, 0)
-	res, err := needle.Run(ctx, cfg, func(done, total int) {
-		bar.total = total
-		bar.done = done
-		if bar.tty {
-			bar.draw()
-		}
-	})
+	bar.label = "needle"
+	res, err := needle.Run(ctx, cfg, bar.count)
 	bar.finish()
 	if err != nil {
 		return err
@@ -141,7 +138,10 @@ otherwise.`,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(stderr, "wrote", strings.Join(files, ", "))
+		if err := eval.SaveReport(*out); err != nil {
+			return err
+		}
+		fmt.Fprintln(stderr, "wrote", strings.Join(files, ", "), "and", filepath.Join(*out, eval.ReportFile))
 	}
 	return nil
 }

@@ -9,16 +9,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/experiment"
 )
 
 // readPatching reads dir/patching.json.
-func readPatching(t *testing.T, dir string) patchingJSON {
+func readPatching(t *testing.T, dir string) eval.Patching {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "patching.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res patchingJSON
+	var res eval.Patching
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +105,8 @@ func TestPatchingCommand(t *testing.T) {
 		}
 		changed = changed || m.Points[L].Perplexity != res.Exact.Perplexity
 	}
-	if !slices.Equal(names, patchingMechs) {
-		t.Errorf("mechanisms %v, want %v", names, patchingMechs)
+	if !slices.Equal(names, experiment.PatchingMechs) {
+		t.Errorf("mechanisms %v, want %v", names, experiment.PatchingMechs)
 	}
 	if !changed {
 		t.Errorf("no mechanism changed the perplexity: the patches did not apply")
@@ -169,13 +172,13 @@ func TestPatchingBadFlags(t *testing.T) {
 // Every mechanism of the figure has a budget rule in the registry, so
 // that none runs at defaults chosen for other lengths.
 func TestScaledBudget(t *testing.T) {
-	for _, name := range patchingMechs {
-		b := scaledBudget(name, 2048, 2048)
+	for _, name := range experiment.PatchingMechs {
+		b := experiment.ScaledBudget(name, 2048, 2048)
 		if len(b.Settings) == 0 || strings.Contains(b.Rule, "defaults") {
 			t.Errorf("%s: no budget rule in the registry: %+v", name, b)
 		}
 	}
-	if b := scaledBudget("nosuch", 2048, 2048); b.Settings != nil {
+	if b := experiment.ScaledBudget("nosuch", 2048, 2048); b.Settings != nil {
 		t.Errorf("unknown mechanism: %+v", b)
 	}
 }

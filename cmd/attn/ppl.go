@@ -160,7 +160,7 @@ patched layer's attention error. Without -model, the embedded model.`,
 	m := exact
 	if patched != nil {
 		m, opts.Reference = patched, exact
-		res.Fallbacks = layerFallbacks(patched, patched.Config().Layers, text.Longest, text.Shortest)
+		res.Fallbacks = experiment.LayerFallbacks(patched, patched.Config().Layers, text.Longest, text.Shortest)
 		printLines(stderr, res.Fallbacks)
 	}
 	prog := newProgress(stderr, text.Windows, 0)

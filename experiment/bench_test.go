@@ -1,0 +1,158 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/registry"
+)
+
+// broken is exact attention that fails (or panics) above limit tokens.
+type broken struct {
+	limit  int
+	panics bool
+}
+
+func (broken) Name() string { return "broken" }
+
+func (b broken) Forward(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	if s.N > b.limit {
+		if b.panics {
+			panic("index out of range")
+		}
+		return fmt.Errorf("%w: n = %d > %d", attn.ErrUnsupported, s.N, b.limit)
+	}
+	return flash.New(flash.Config{}).Forward(ctx, s, q, k, v, o, out, lse)
+}
+
+// withBroken is a Lookup that adds "broken" and "panicky" to the registry.
+func withBroken() Lookup {
+	return func(name string) (registry.Entry, error) {
+		switch name {
+		case "broken", "panicky":
+			b := broken{limit: 20, panics: name == "panicky"}
+			return registry.Entry{Name: name, Summary: "test double",
+				Build: func(*registry.Params, uint64) (attn.Mechanism, error) { return b, nil }}, nil
+		}
+		return registry.Lookup(name)
+	}
+}
+
+// recorder is a Progress that keeps what it hears.
+type recorder struct {
+	steps []Step
+	ends  []string
+	notes []string
+}
+
+func (r *recorder) Begin(s Step)     { r.steps = append(r.steps, s) }
+func (r *recorder) End(note string)  { r.ends = append(r.ends, note) }
+func (r *recorder) Note(line string) { r.notes = append(r.notes, line) }
+
+// TestRunBench runs a small prefill sweep as a library call: every row
+// is there in the mechanisms' order, errors are measured against exact
+// (exact's against ref), one mechanism's failures and panics skip its
+// rows without ending the sweep, and progress hears every row with
+// forecasts once there are measurements to forecast from.
+func TestRunBench(t *testing.T) {
+	rec := &recorder{}
+	cfg := BenchConfig{Mode: Prefill, Mechs: []string{Ref, "exact", "window", "broken", "panicky"}, Ns: []int{17, 40},
+		B: 1, H: 4, HKV: 2, D: 24, Causal: []bool{false, true}, Reps: 2, Seed: 3, Input: eval.Gaussian,
+		Settings: Settings{{Mech: "window", Name: "left", Value: "8"}}, MaxErr: 0.1, Lookup: withBroken(), Progress: rec}
+	res, err := RunBench(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 5*2*2 || len(rec.steps) != len(res.Rows) || len(rec.ends) != len(res.Rows) {
+		t.Fatalf("%d rows, %d steps begun, %d ended", len(res.Rows), len(rec.steps), len(rec.ends))
+	}
+	for i, r := range res.Rows {
+		if want := cfg.Mechs[i/4]; r.Mech != want {
+			t.Fatalf("row %d is %s, want %s", i, r.Mech, want)
+		}
+		switch {
+		case (r.Mech == "broken" || r.Mech == "panicky") && r.N == 40:
+			if !strings.Contains(r.Skipped, "error") {
+				t.Errorf("%s n=40: skipped %q", r.Mech, r.Skipped)
+			}
+		case r.Skipped != "" || r.Seconds <= 0:
+			t.Errorf("%s n=%d causal=%v: skipped %q, %g s", r.Mech, r.N, r.Causal, r.Skipped, r.Seconds)
+		case r.Mech == "exact" && (r.RelErr == nil || *r.RelErr > 1e-5):
+			t.Errorf("exact against ref: %v", r.RelErr)
+		case (r.Mech == "broken" || r.Mech == "panicky") && (r.RelErr == nil || *r.RelErr > 1e-6):
+			t.Errorf("%s (exact attention) against exact: %v", r.Mech, r.RelErr)
+		case r.Mech == "window" && r.Params["left"] != "8":
+			t.Errorf("window params %v, want left=8", r.Params)
+		}
+	}
+	// The second length is forecast from the first.
+	last := rec.steps[len(rec.steps)-1]
+	if last.Index != len(res.Rows) || last.Total != len(res.Rows) || last.Forecast < 0 || last.Rest != 0 {
+		t.Errorf("last step %+v", last)
+	}
+	if res.Bench == nil || !strings.Contains(res.Bench.Summary, "Fastest mechanism") {
+		t.Errorf("bench info %+v", res.Bench)
+	}
+}
+
+func TestRunBenchDecode(t *testing.T) {
+	cfg := BenchConfig{Mode: Decode, Mechs: []string{"exact", "window", "linformer"}, Ns: []int{40, 100},
+		B: 1, H: 4, D: 16, HKVs: []int{2, 1}, DTypes: []string{"f32", "bf16"}, Causal: []bool{true}, Reps: 2, Input: eval.Gaussian}
+	res, err := RunBench(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 3*2*2*2 {
+		t.Fatalf("%d rows", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		switch {
+		case r.Mech == "linformer":
+			if !strings.Contains(r.Skipped, "no decoder") {
+				t.Errorf("linformer: %q", r.Skipped)
+			}
+		case r.Skipped != "" || r.RelErr == nil:
+			t.Errorf("%s hkv=%d %s n=%d: %q", r.Mech, r.HKV, r.DType, r.N, r.Skipped)
+		case r.Mech == "exact" && (r.DType == "f32" && *r.RelErr > 1e-5 || r.DType == "bf16" && *r.RelErr > 0.02):
+			t.Errorf("%s hkv=%d %s: error %g", r.Mech, r.HKV, r.DType, *r.RelErr)
+		case r.Mech == "exact" && r.GBps <= 0:
+			t.Errorf("exact hkv=%d %s: no GB/s", r.HKV, r.DType)
+		}
+	}
+}
+
+func TestRunBenchErrors(t *testing.T) {
+	good := BenchConfig{Mode: Prefill, Mechs: []string{"exact"}, Ns: []int{16}, B: 1, H: 2, D: 8, Causal: []bool{false}, Input: eval.Gaussian}
+	for _, c := range []struct {
+		change func(*BenchConfig)
+		want   string
+	}{
+		{func(c *BenchConfig) { c.Mode = "train" }, "want prefill or decode"},
+		{func(c *BenchConfig) { c.Mechs = []string{"nosuch"} }, "unknown mechanism"},
+		{func(c *BenchConfig) { c.Settings = Settings{{Name: "nosuch", Value: "1"}} }, "no selected mechanism"},
+		{func(c *BenchConfig) { c.H, c.HKV = 3, 2 }, "multiple"},
+		{func(c *BenchConfig) { c.Budget = -1 }, "negative"},
+		{func(c *BenchConfig) { c.Input = eval.Model }, "Source"},
+		{func(c *BenchConfig) { c.Workers = -1 }, "workers"},
+	} {
+		cfg := good
+		c.change(&cfg)
+		res, err := RunBench(context.Background(), cfg)
+		if err == nil || res != nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, %v", c.want, res, err)
+		}
+	}
+	// Interrupted: the rows so far, with ctx's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := RunBench(ctx, good)
+	if !errors.Is(err, context.Canceled) || res == nil || len(res.Rows) != 1 || !res.Rows[0].Interrupted {
+		t.Errorf("cancelled: %v, %+v", err, res)
+	}
+}
