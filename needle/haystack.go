@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"github.com/attnkit/attn/model/austen"
 	"io"
 	"os"
 	"path/filepath"
@@ -50,19 +51,11 @@ func SharedDir() (string, error) {
 const DefaultHaystackName = "persuasion.txt.gz"
 
 // DefaultHaystack returns Jane Austen's Persuasion, the novel the
-// embedded model was not trained on, from the shared folder's
-// data/austen/persuasion.txt.gz. The error wraps ErrNoData when the file
-// is not there.
+// embedded model was not trained on, as package austen embeds it (the
+// same text as the shared folder's data/austen/persuasion.txt.gz), so
+// that the test runs from a fresh clone.
 func DefaultHaystack() (string, error) {
-	dir, err := SharedDir()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "data", "austen", DefaultHaystackName)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("%w: %s", ErrNoData, path)
-	}
-	return ReadText(path)
+	return austen.HeldOut()
 }
 
 // ReadText reads a UTF-8 text file, gunzipped when its name ends in .gz.
