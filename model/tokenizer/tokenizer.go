@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,36 +29,69 @@ const (
 // Space is SentencePiece's marker for a space, U+2581.
 const Space = "\u2581"
 
-// Tokenizer is a SentencePiece-style BPE vocabulary. It is safe for
-// concurrent use once made; its exported fields may be set before use.
+// The tokenizer models, as GGUF's tokenizer.ggml.model names them.
+const (
+	// SentencePiece is SentencePiece-style BPE over characters, merged by
+	// piece score, with <0xXX> byte fallback (Llama 1 and 2, Mistral,
+	// TinyLlama, llama2.c).
+	SentencePiece = "llama"
+	// ByteBPE is GPT-2-style byte-level BPE: the text is split by a
+	// pre-tokenizer, each word's bytes are merged by rank (Llama 3, Qwen2,
+	// SmolLM, GPT-2).
+	ByteBPE = "gpt2"
+)
+
+// Tokenizer is a vocabulary with its encoder: SentencePiece-style (New) or
+// byte-level BPE (NewBPE). It is safe for concurrent use once made; its
+// exported fields may be set before use.
 type Tokenizer struct {
 	pieces []string
 	scores []float32
 	kinds  []Kind
-	index  map[string]int32 // Normal and UserDefined pieces
-	byteID [256]int32       // the <0xXX> pieces, -1 where missing
+	// index finds pieces by text: for SentencePiece the Normal, Undefined
+	// and UserDefined ones (the pieces merges may form), for byte-level
+	// BPE every piece, as llama.cpp looks them up.
+	index  map[string]int32
+	byteID [256]int32 // the <0xXX> pieces, -1 where missing
+
+	model string
+	// joins holds, for SentencePiece, every pair of adjacent characters
+	// inside a piece of index: where two characters of a text are not
+	// such a pair, no merge can cross between them, so the text is merged
+	// a part at a time with the same result as at once.
+	joins    map[uint64]struct{}
+	bpe      *bpe
+	specials specials
 
 	// BOS, EOS and Unknown are the ids of the begin- and end-of-sequence
 	// pieces and of the unknown piece, -1 where there is none. New sets
-	// them from the pieces <s>, </s> and the first piece of kind Unknown.
+	// them from the pieces <s>, </s> and the first piece of kind Unknown;
+	// NewBPE sets them to -1.
 	BOS, EOS, Unknown int
-	// AddSpacePrefix puts a space in front of a non-empty text before
-	// encoding and drops it when decoding (default true).
+	// AddBOS and AddEOS say whether Encode and Tokenize with addSpecial
+	// put BOS first and EOS last (GGUF's tokenizer.ggml.add_bos_token and
+	// add_eos_token). New sets AddBOS; NewBPE sets it for the
+	// pre-tokenizers whose models want it (llama-bpe), as llama.cpp does.
+	AddBOS, AddEOS bool
+	// AddSpacePrefix puts a space in front of a non-empty text, and of
+	// the text after a special piece, before SentencePiece encoding and
+	// drops it when decoding (default true; byte-level BPE ignores it).
 	AddSpacePrefix bool
 }
 
-// New makes a tokenizer from parallel lists of pieces, scores and kinds.
-// scores may be nil (all 0); kinds may be nil, and are then inferred:
-// <unk> is Unknown, <s> and </s> are Control, <0xXX> is Byte, the rest
-// Normal. A piece of kind Byte must be of the form <0xXX>. The tokenizer
-// keeps the slices: do not modify them afterwards.
+// New makes a SentencePiece-style tokenizer from parallel lists of pieces,
+// scores and kinds. scores may be nil (all 0); kinds may be nil, and are
+// then inferred: <unk> is Unknown, <s> and </s> are Control, <0xXX> is
+// Byte, the rest Normal. A piece of kind Byte must be of the form <0xXX>;
+// scores must not be NaN. The tokenizer keeps the slices: do not modify
+// them afterwards.
 func New(pieces []string, scores []float32, kinds []Kind) (*Tokenizer, error) {
 	n := len(pieces)
 	if n == 0 {
 		return nil, fmt.Errorf("%w: no pieces", ErrFormat)
 	}
-	if n > 1<<31-1 {
-		return nil, fmt.Errorf("%w: %d pieces", ErrFormat, n)
+	if n > MaxVocab {
+		return nil, fmt.Errorf("%w: %d pieces (at most %d)", ErrFormat, n, MaxVocab)
 	}
 	if scores != nil && len(scores) != n {
 		return nil, fmt.Errorf("%w: %d pieces but %d scores", ErrFormat, n, len(scores))
@@ -70,7 +102,9 @@ func New(pieces []string, scores []float32, kinds []Kind) (*Tokenizer, error) {
 	t := &Tokenizer{
 		pieces: pieces, scores: scores, kinds: kinds,
 		index: make(map[string]int32, n),
-		BOS:   -1, EOS: -1, Unknown: -1, AddSpacePrefix: true,
+		model: SentencePiece,
+		joins: map[uint64]struct{}{},
+		BOS:   -1, EOS: -1, Unknown: -1, AddBOS: true, AddSpacePrefix: true,
 	}
 	if t.scores == nil {
 		t.scores = make([]float32, n)
@@ -85,15 +119,19 @@ func New(pieces []string, scores []float32, kinds []Kind) (*Tokenizer, error) {
 		t.byteID[i] = -1
 	}
 	for i, p := range pieces {
+		if x := t.scores[i]; x != x {
+			return nil, fmt.Errorf("%w: piece %d (%q) has score NaN", ErrFormat, i, clip(p))
+		}
 		switch k := t.kinds[i]; k {
 		case Normal, Undefined, UserDefined:
 			if _, dup := t.index[p]; !dup && p != "" {
 				t.index[p] = int32(i)
+				t.addJoins(p)
 			}
 		case Byte:
 			b, ok := parseByte(p)
 			if !ok {
-				return nil, fmt.Errorf("%w: piece %d (%q) is of kind Byte but not <0xXX>", ErrFormat, i, p)
+				return nil, fmt.Errorf("%w: piece %d (%q) is of kind Byte but not <0xXX>", ErrFormat, i, clip(p))
 			}
 			if t.byteID[b] < 0 {
 				t.byteID[b] = int32(i)
@@ -111,10 +149,35 @@ func New(pieces []string, scores []float32, kinds []Kind) (*Tokenizer, error) {
 			}
 		case Unused:
 		default:
-			return nil, fmt.Errorf("%w: piece %d (%q) has kind %d", ErrFormat, i, p, k)
+			return nil, fmt.Errorf("%w: piece %d (%q) has kind %d", ErrFormat, i, clip(p), k)
 		}
 	}
+	t.specials = newSpecials(pieces, t.kinds)
 	return t, nil
+}
+
+// addJoins records the adjacent characters of piece p.
+func (t *Tokenizer) addJoins(p string) {
+	prev := rune(-1)
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRuneInString(p[i:])
+		if prev >= 0 {
+			t.joins[joinKey(prev, r)] = struct{}{}
+		}
+		prev = r
+		i += n
+	}
+}
+
+func joinKey(a, b rune) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// clip shortens a piece for an error message.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 func inferKind(p string) Kind {
@@ -152,6 +215,9 @@ func parseByte(p string) (byte, bool) {
 	}
 	return b, true
 }
+
+// Model returns the tokenizer model: SentencePiece or ByteBPE.
+func (t *Tokenizer) Model() string { return t.model }
 
 // Len returns the number of pieces.
 func (t *Tokenizer) Len() int { return len(t.pieces) }
@@ -191,109 +257,131 @@ func (t *Tokenizer) Scores() []float32 { return t.scores }
 // Kinds returns the piece kinds; see Pieces.
 func (t *Tokenizer) Kinds() []Kind { return t.kinds }
 
-// symbol is a run of the text, text[start:end]; end == start once merged
-// into its left neighbour.
-type symbol struct {
-	start, end int
-	prev, next int // -1 at the ends
+// Encode returns the ids of text. With addSpecial, BOS comes first when
+// AddBOS is set and EOS last when AddEOS is set, where the vocabulary has
+// them (llama.cpp's add_special). User-defined pieces in the text are
+// matched before anything else; control pieces never are (see Tokenize).
+func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
+	return t.Tokenize(text, addSpecial, false)
 }
 
-// pair is a candidate merge of symbols left and left's next neighbour,
-// valid while their lengths still add up to size.
-type pair struct {
-	left, right int
-	score       float32
-	size        int
-}
-
-type pairQueue []pair
-
-func (q pairQueue) Len() int { return len(q) }
-func (q pairQueue) Less(i, j int) bool {
-	if q[i].score != q[j].score {
-		return q[i].score > q[j].score
-	}
-	return q[i].left < q[j].left
-}
-func (q pairQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *pairQueue) Push(x any)   { *q = append(*q, x.(pair)) }
-func (q *pairQueue) Pop() any {
-	old := *q
-	p := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return p
-}
-
-// Encode returns the ids of text, preceded by BOS when bos is true and the
-// vocabulary has one.
-func (t *Tokenizer) Encode(text string, bos bool) []int {
-	var ids []int
-	if bos && t.BOS >= 0 {
+// Tokenize is Encode that, with parseSpecial, also matches the text of
+// control and unknown pieces (such as <|eot_id|> or <s>) in text, as
+// llama.cpp's parse_special does: the longest special pieces are found
+// first, then the text between them is encoded.
+func (t *Tokenizer) Tokenize(text string, addSpecial, parseSpecial bool) []int {
+	ids := make([]int, 0, len(text)/4+2)
+	if addSpecial && t.AddBOS && t.BOS >= 0 {
 		ids = append(ids, t.BOS)
 	}
-	if text == "" {
-		return ids
-	}
-	s := strings.ReplaceAll(text, " ", Space)
-	if t.AddSpacePrefix {
-		s = Space + s
-	}
-	syms := make([]symbol, 0, len(s))
-	for i := 0; i < len(s); {
-		_, n := utf8.DecodeRuneInString(s[i:])
-		syms = append(syms, symbol{start: i, end: i + n, prev: len(syms) - 1, next: len(syms) + 1})
-		i += n
-	}
-	syms[len(syms)-1].next = -1
-
-	q := make(pairQueue, 0, len(syms))
-	try := func(l, r int) {
-		if l < 0 || r < 0 {
-			return
-		}
-		id, ok := t.index[s[syms[l].start:syms[r].end]]
-		if !ok {
-			return
-		}
-		heap.Push(&q, pair{l, r, t.scores[id], syms[r].end - syms[l].start})
-	}
-	for i := 1; i < len(syms); i++ {
-		try(i-1, i)
-	}
-	for q.Len() > 0 {
-		p := heap.Pop(&q).(pair)
-		l, r := &syms[p.left], &syms[p.right]
-		// A pair is stale once either side was merged elsewhere.
-		if l.end == l.start || r.end == r.start || r.end-l.start != p.size || l.next != p.right {
+	e := encoder{t: t}
+	prevSpecial := true
+	for _, f := range t.specials.partition(text, parseSpecial) {
+		if f.id >= 0 {
+			ids = append(ids, int(f.id))
+			prevSpecial = true
 			continue
 		}
-		l.end = r.end
-		r.end = r.start
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = p.left
+		if t.bpe != nil {
+			ids = e.bpeText(ids, text[f.start:f.end])
+		} else {
+			ids = e.spmText(ids, text[f.start:f.end], t.AddSpacePrefix && prevSpecial)
 		}
-		try(l.prev, p.left)
-		try(p.left, l.next)
+		prevSpecial = false
 	}
-	for i := 0; i >= 0; i = syms[i].next {
-		piece := s[syms[i].start:syms[i].end]
-		if id, ok := t.index[piece]; ok {
+	if addSpecial && t.AddEOS && t.EOS >= 0 {
+		ids = append(ids, t.EOS)
+	}
+	return ids
+}
+
+// encoder holds one call's buffers.
+type encoder struct {
+	t   *Tokenizer
+	m   merger
+	s   string // the part being merged
+	buf []byte
+}
+
+// maxPart bounds the bytes merged at once, so that offsets fit in int32: a
+// text with a longer stretch that no split point breaks is cut there.
+const maxPart = 1 << 30
+
+// spmText appends the SentencePiece encoding of text, with a space in front
+// when prefix is set.
+func (e *encoder) spmText(ids []int, text string, prefix bool) []int {
+	t := e.t
+	s := strings.ReplaceAll(text, " ", Space)
+	if prefix {
+		s = Space + s
+	}
+	start := 0
+	prev := rune(-1)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if i > start {
+			if _, ok := t.joins[joinKey(prev, r)]; !ok || i-start >= maxPart {
+				ids = e.spmPart(ids, s[start:i])
+				start = i
+			}
+		}
+		prev = r
+		i += n
+	}
+	return e.spmPart(ids, s[start:])
+}
+
+// spmPair merges two symbols when their text is a piece, by its score.
+func (e *encoder) spmPair(l, r *symbol) (int32, int32, bool) {
+	id, ok := e.t.index[e.s[l.start:r.end]]
+	if !ok {
+		return 0, 0, false
+	}
+	return id, scoreKey(e.t.scores[id]), true
+}
+
+func (e *encoder) spmPart(ids []int, s string) []int {
+	if s == "" {
+		return ids
+	}
+	t := e.t
+	syms := e.m.reset(utf8.RuneCountInString(s))
+	for i, k := 0, 0; i < len(s); k++ {
+		_, n := utf8.DecodeRuneInString(s[i:])
+		id, ok := t.index[s[i:i+n]]
+		if !ok {
+			id = -1
+		}
+		syms[k].start, syms[k].end, syms[k].id = int32(i), int32(i+n), id
+		i += n
+	}
+	e.s = s
+	e.m.run(e.spmPair)
+	syms = e.m.syms
+	for i := int32(0); i >= 0; i = syms[i].next {
+		if id := syms[i].id; id >= 0 {
 			ids = append(ids, int(id))
 			continue
 		}
 		// Byte fallback; the space marker stands for a space.
+		piece := s[syms[i].start:syms[i].end]
 		if piece == Space {
 			piece = " "
 		}
-		for j := range len(piece) {
-			b := piece[j]
-			switch {
-			case t.byteID[b] >= 0:
-				ids = append(ids, int(t.byteID[b]))
-			case t.Unknown >= 0:
-				ids = append(ids, t.Unknown)
-			}
+		ids = t.appendBytes(ids, piece)
+	}
+	return ids
+}
+
+// appendBytes appends the byte pieces of s, or the unknown piece for a
+// byte without one.
+func (t *Tokenizer) appendBytes(ids []int, s string) []int {
+	for j := range len(s) {
+		switch b := s[j]; {
+		case t.byteID[b] >= 0:
+			ids = append(ids, int(t.byteID[b]))
+		case t.Unknown >= 0:
+			ids = append(ids, t.Unknown)
 		}
 	}
 	return ids
@@ -322,13 +410,29 @@ type Stream struct {
 func (t *Tokenizer) NewStream(started bool) *Stream { return &Stream{t: t, started: started} }
 
 // Append appends the text of piece id to dst: a byte piece as its byte,
-// "▁" as a space, nothing for control pieces and ids out of range. The
-// first piece that is output loses a leading space when AddSpacePrefix is
-// set and the stream did not start mid-text.
+// nothing for control pieces and ids out of range. A SentencePiece piece
+// has "▁" as a space, and the first piece that is output loses a leading
+// space when AddSpacePrefix is set and the stream did not start mid-text.
+// A byte-level BPE piece is turned back into the bytes it stands for; a
+// user-defined one is output as it is, and unknown and unused pieces not
+// at all, as llama.cpp does.
 func (st *Stream) Append(dst []byte, id int) []byte {
 	t := st.t
 	if id < 0 || id >= len(t.pieces) || t.kinds[id] == Control {
 		return dst
+	}
+	if t.bpe != nil {
+		st.started = true
+		switch t.kinds[id] {
+		case Unknown, Unused:
+			return dst
+		case Byte:
+			b, _ := parseByte(t.pieces[id])
+			return append(dst, b)
+		case UserDefined:
+			return append(dst, t.pieces[id]...)
+		}
+		return appendBPEPiece(dst, t.pieces[id])
 	}
 	n := len(dst)
 	if t.kinds[id] == Byte {
