@@ -24,6 +24,14 @@ func asmImplementations() []implementation {
 	a := impls[0]
 	a.name = "avx512"
 	a.fmaPeak = fmaPeakAVX512
+	a.gemm = gemmAVX512
+	a.gemmPF = gemmPFAVX512
+	a.dotRows, a.dotRowsPF = dotRowsAVX512, dotRowsPFAVX512
+	a.dotRowsBF16, a.dotRowsBF16PF, a.dotRowsBF16Native = dotRowsBF16AVX512, dotRowsBF16PFAVX512, dotRowsBF16PFAVX512
+	if x.HasF16C {
+		a.dotRowsF16, a.dotRowsF16PF = dotRowsF16AVX512, dotRowsF16PFAVX512
+	}
+	a.dotRowsI8, a.dotRowsI8PF = dotRowsI8AVX512, dotRowsI8PFAVX512
 	a.gemmPanels = gemmPanelsAVX512
 	a.onlineSoftmax = onlineSoftmaxAVX512
 	a.attendPanels = attendPanelsAVX512

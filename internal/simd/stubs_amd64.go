@@ -228,3 +228,55 @@ func gemmBF16AVX512BF16(m int, n int, k int, a []float32, lda int, b []uint16, l
 //
 //go:noescape
 func gemmBF16NativeAVX512BF16(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+// gemmAVX512 is gemmAVX2 with AVX-512 (see Gemm). n must be a multiple of 16; the
+// slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmAVX512(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
+
+// gemmPFAVX512 is gemmPFAVX2 with AVX-512 (see GemmPF). n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmPFAVX512(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32)
+
+// dotRowsAVX512 is dotRowsAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int)
+
+// dotRowsPFAVX512 is dotRowsPFAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsPFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []float32, ldk int, n int, d int, pf []float32)
+
+// dotRowsBF16AVX512 is dotRowsBF16AVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsBF16AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int)
+
+// dotRowsBF16PFAVX512 is dotRowsBF16PFAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsBF16PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// dotRowsF16AVX512 is dotRowsF16AVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsF16AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int)
+
+// dotRowsF16PFAVX512 is dotRowsF16PFAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsF16PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint16, ldk int, n int, d int, pf []uint16)
+
+// dotRowsI8AVX512 is dotRowsI8AVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsI8AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int)
+
+// dotRowsI8PFAVX512 is dotRowsI8PFAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsI8PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int, pf []int8)

@@ -27,8 +27,8 @@ const (
 )
 
 // dotRowsBF16DP emits the DotRowsBF16 kernel with VDPBF16PS, with withPF
-// a last parameter pf, a prefetch hint (3 lines a pass over 32 columns of
-// 16 keys … 4 keys, a quarter to three quarters of what the pass reads).
+// a last parameter pf, a prefetch hint (three quarters of the lines a
+// pass over 32 columns of a block reads).
 // The rows of q go in groups of 4, 2 or 1 (3 rows make a group of 4 whose
 // missing row repeats the last and is not stored), and d in parts of up
 // to dotBF16MaxD: the part of a group's rows is rounded to bfloat16 into
@@ -365,7 +365,7 @@ func dotBF16Block(pre string, R, J int, full bool, kp, sp, j Register, fr dotBF1
 	JZ(LabelRef(pre + "ctail"))
 	Label(pre + "c")
 	if fr.pf != nil {
-		fr.pf.next(3)
+		fr.pf.next(3 * J / 4)
 	}
 	chunk(nil)
 	for _, b := range kb {

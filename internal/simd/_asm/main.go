@@ -62,6 +62,8 @@ func main() {
 	onlineSoftmax512()
 	attendPanels512()
 	decodeBF16()
+	gemm512()
+	dotRows512()
 
 	Generate()
 	out := flag.Lookup("out").Value.String()
