@@ -58,7 +58,8 @@ func archKey(arch, key string) string {
 }
 
 // ReadGGUF reads a GGUF file of architecture llama, mistral or qwen2: the
-// weights and, when the file holds one, the tokenizer (nil otherwise). The
+// weights and, when the file holds one, the tokenizer (nil otherwise;
+// SentencePiece or byte-level BPE, read as OpenTokenizer reads it). The
 // architecture's metadata sets the Config: sizes, context length, rope
 // base, linear rope scaling (rope.scaling.type "linear" and
 // rope.scaling.factor), the sliding window (attention.sliding_window) and
@@ -280,66 +281,12 @@ func ggufConfig(f *gguf.File, arch string) (Config, error) {
 }
 
 func ggufTokenizer(f *gguf.File, vocab int) (*tokenizer.Tokenizer, error) {
-	v, ok := f.Value(keyTokens)
-	if !ok {
-		return nil, nil
-	}
-	if mdl, err := f.String(keyTokModel); err != nil || mdl != "llama" {
-		if err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: tokenizer model %q (this package reads SentencePiece, \"llama\")", attn.ErrUnsupported, mdl)
-	}
-	pieces, ok := v.([]string)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s is %T, want an array of strings", ErrFormat, keyTokens, v)
-	}
-	if len(pieces) != vocab {
-		return nil, fmt.Errorf("%w: %d tokenizer pieces for a vocabulary of %d", ErrFormat, len(pieces), vocab)
-	}
-	var scores []float32
-	if v, ok := f.Value(keyScores); ok {
-		if scores, ok = v.([]float32); !ok {
-			return nil, fmt.Errorf("%w: %s is %T, want an array of float32", ErrFormat, keyScores, v)
-		}
-	}
-	var kinds []tokenizer.Kind
-	if v, ok := f.Value(keyTokenType); ok {
-		ts, ok := v.([]int32)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is %T, want an array of int32", ErrFormat, keyTokenType, v)
-		}
-		kinds = make([]tokenizer.Kind, len(ts))
-		for i, t := range ts {
-			kinds[i] = tokenizer.Kind(t)
-		}
-	}
-	tok, err := tokenizer.New(pieces, scores, kinds)
-	if err != nil {
+	tok, err := tokenizerFromGGUF(f)
+	if err != nil || tok == nil {
 		return nil, err
 	}
-	for _, s := range []struct {
-		key string
-		dst *int
-	}{{keyBOS, &tok.BOS}, {keyEOS, &tok.EOS}, {keyUnknown, &tok.Unknown}} {
-		if _, ok := f.Value(s.key); !ok {
-			continue
-		}
-		id, err := f.Uint(s.key)
-		if err != nil {
-			return nil, err
-		}
-		if id >= uint64(vocab) {
-			return nil, fmt.Errorf("%w: %s = %d outside the vocabulary of %d", ErrFormat, s.key, id, vocab)
-		}
-		*s.dst = int(id)
-	}
-	if v, ok := f.Value(keySpacePrefix); ok {
-		b, ok := v.(bool)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is %T, want a bool", ErrFormat, keySpacePrefix, v)
-		}
-		tok.AddSpacePrefix = b
+	if tok.Len() != vocab {
+		return nil, fmt.Errorf("%w: %d tokenizer pieces for a vocabulary of %d", ErrFormat, tok.Len(), vocab)
 	}
 	return tok, nil
 }
@@ -391,25 +338,7 @@ func writeGGUF(out io.Writer, w *Weights, tok *tokenizer.Tokenizer, typ gguf.Ten
 		if tok.Len() != c.Vocab {
 			return fmt.Errorf("%w: tokenizer of %d pieces for a vocabulary of %d", attn.ErrInput, tok.Len(), c.Vocab)
 		}
-		types := make([]int32, tok.Len())
-		for i, k := range tok.Kinds() {
-			types[i] = int32(k)
-		}
-		kv = append(kv,
-			gguf.KV{Key: keyTokModel, Value: "llama"},
-			gguf.KV{Key: keyTokens, Value: tok.Pieces()},
-			gguf.KV{Key: keyScores, Value: tok.Scores()},
-			gguf.KV{Key: keyTokenType, Value: types},
-			gguf.KV{Key: keySpacePrefix, Value: tok.AddSpacePrefix},
-		)
-		for _, s := range []struct {
-			key string
-			id  int
-		}{{keyBOS, tok.BOS}, {keyEOS, tok.EOS}, {keyUnknown, tok.Unknown}} {
-			if s.id >= 0 {
-				kv = append(kv, gguf.KV{Key: s.key, Value: uint32(s.id)})
-			}
-		}
+		kv = append(kv, tokenizerKV(tok)...)
 	}
 	var ts []gguf.Tensor
 	for _, t := range w.Tensors() {
