@@ -3,18 +3,63 @@
 // exp-and-sum for softmax rows (ExpSum, Exp), the element-wise step of
 // the attention backward pass (ExpMul), Max, Scale, Dot and Axpy,
 // the kernels of the KV-cache decode step (WidenBF16, WidenF16,
-// DotRows, DotRowsBF16, DotRowsF16, GemmBF16, GemmF16, and DotRowsPF,
+// DotRows, DotRowsBF16, DotRowsF16, GemmBF16, GemmF16, DotRowsBF16Native,
+// GemmBF16Native, and DotRowsPF,
 // DotRowsBF16PF, DotRowsF16PF and GemmPF with a prefetch hint; for an
 // int8 cache DotRowsI8, DotRowsI8PF, GemmI8, WidenI8 and ScaleColumns),
 // those of the fused attention tile (GemmPanels, OnlineSoftmax,
 // AttendPanels, PanelFromRows, RowsFromPanel), and two probes of the
 // machine (MeasurePeakGFlops, MeasureReadGBps) that reports divide by.
 //
-// Each kernel has a plain Go version (generic.go). On amd64 CPUs with
-// AVX2 and FMA, assembly versions generated with avo (the generator is
-// in _asm, a module of its own) replace them at start-up; the purego
-// build tag keeps the Go ones. Both give the same results up to
-// floating-point rounding and the order of additions.
+// Each kernel has a plain Go version (generic.go) and assembly versions
+// generated with avo (the generator is in _asm, a module of its own),
+// grouped in families, each a complete set of kernels: "generic" (Go),
+// "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, BW, VL and DQ) and
+// "avx512bf16" (AVX512-BF16 too). A family keeps the kernels of the one
+// before it that it does not replace. At start-up the most capable family
+// the CPU and the OS support (golang.org/x/sys/cpu) is put in use; the
+// environment variable ATTN_KERNELS names a less capable one instead
+// ("generic", also "go" or "purego", "avx2", "avx512"), so that every
+// path can run on a machine that has the most capable, and the purego
+// build tag leaves only the Go kernels. Kernels names the family in use,
+// Families those this machine can run, KernelsNote why ATTN_KERNELS was
+// not followed, and UseKernels switches families (for tests: package
+// simdtest runs a test under each). All families give the same results up
+// to floating-point rounding and the order of additions, but for the
+// bfloat16 products below.
+//
+// The avx512 family has the fused tile (GemmPanels, OnlineSoftmax,
+// AttendPanels), Gemm and GemmPF, the DotRows kernels (float32, bfloat16,
+// binary16 and int8 keys, with and without a prefetch hint) and FMAPeak
+// in zmm registers. A panel of 16 queries is one register, so a panel's
+// maxima, sums and rescale factors are single registers and the products'
+// register blocks are 8 rows high (8 FMA chains, as many as two 512-bit
+// FMA pipes keep busy), with A broadcast from memory by the FMAs
+// themselves; Gemm's blocks are 8 rows × 32 columns (16 accumulators, 10
+// loads for 16 FMAs). The DotRows kernels keep 16 accumulators, R query
+// rows × 16/R keys, each load of 16 key values serving R FMAs, the last
+// d%16 values of a row read under a mask, and sum the 16 accumulators'
+// lanes into one register by shuffles and adds (4 of each a sum). Masks
+// also take the last 8 columns of GemmPF. FMAPeak's zmm FMAs double its
+// flops an instruction (see PeakFlopsPerIter): MeasurePeakGFlops is the
+// peak of the family in use.
+//
+// The avx512bf16 family multiplies bfloat16 by bfloat16 with VDPBF16PS,
+// which adds the products of pairs of bfloat16 (two neighbouring columns
+// of a row of keys, or two rows of values interleaved by VPUNPCKLWD and
+// VPUNPCKHWD) into float32 lanes, 32 products an instruction where an FMA
+// does 16, with no widening. Its float32 operand must first be bfloat16:
+// DotRowsBF16, DotRowsBF16PF and GemmBF16 split each value into two
+// bfloat16 halves (the second rounding what the first left), two
+// VDPBF16PS a pair, within 2^-18 of the float32 product; DotRowsBF16Native
+// and GemmBF16Native round it to one, twice as fast, the queries or
+// probabilities then carrying the error of a bfloat16 (up to 2^-9 of
+// each term) as the keys and values of a bfloat16 cache already do. The
+// operands are rounded (VCVTNE2PS2BF16, to nearest even, subnormals to
+// zero) once a call into the frame: the queries of a group of rows, in
+// parts of 512 values, and the probabilities of a block of 6 rows, 256
+// keys at a time. The Go assembler lacks both instructions: the generator
+// emits their EVEX encodings as BYTEs.
 //
 // Gemm works on a 6-row × 16-column block of C held in 12 ymm
 // accumulators: each step of k loads 16 values of B, broadcasts 6 of A
@@ -142,5 +187,6 @@
 //
 // To regenerate the assembly after editing _asm, run go generate in this
 // directory; it rewrites simd_amd64.s and stubs_amd64.go, byte for byte
-// the same if _asm did not change.
+// the same if _asm did not change. The AVX2 kernels must not use the
+// registers only AVX-512 has, which the generator checks.
 package simd

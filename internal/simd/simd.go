@@ -104,8 +104,10 @@ const PeakFlopsPerIter = 12 * 8 * 2
 // FMAPeak runs iters iterations of 12 independent chains of 8-lane
 // fused multiply-adds (PeakFlopsPerIter flops each) and returns a value
 // computed from them, so that nothing can be skipped. It measures the
-// floating-point peak of one core: with the assembly kernels, the FMA
-// pipes of the CPU; with the Go ones, scalar multiply-adds.
+// floating-point peak of one core for the kernels in use: with the AVX2
+// kernels, the FMA pipes of the CPU with ymm FMAs; with the AVX-512 ones,
+// with zmm FMAs (a round of 12 of them is two iterations), which some
+// CPUs run at twice the flops; with the Go ones, scalar multiply-adds.
 func FMAPeak(iters int) float32 { return active.fmaPeak(iters) }
 
 // ReadSum returns the sum of x, added in an unspecified order: a
