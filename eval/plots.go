@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/attnkit/attn/registry"
 )
 
 // Plot sizes and resolution: each panel, and its legend in a column of its
@@ -22,9 +24,12 @@ import (
 // there are.
 const (
 	plotW   = 6.5 * vg.Inch
-	legendW = 2.1 * vg.Inch
+	legendW = 2.5 * vg.Inch
 	plotH   = 4.5 * vg.Inch
 	plotDPI = 110
+	// panelW is each panel's width in a figure of several side by side,
+	// which then keeps about the width of one plot.
+	panelW = 4.6 * vg.Inch
 )
 
 // PlotFont is the typeface of every plot, the one the report's page asks
@@ -37,6 +42,7 @@ func sans(size vg.Length) font.Font { return font.From(PlotFont, size) }
 // setFonts gives every text of p the plot font.
 func setFonts(p *plot.Plot) {
 	p.Title.TextStyle.Font = sans(13)
+	p.Title.Padding = vg.Points(8)
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
 		a.Label.TextStyle.Font = sans(11)
 		a.Tick.Label.Font = sans(9.5)
@@ -75,14 +81,18 @@ type Figure struct {
 // renderPanels draws panels side by side, the first one's legend in a
 // column on the right, as PNG and SVG.
 func renderPanels(name string, panels ...*plot.Plot) (Figure, error) {
-	w := vg.Length(len(panels))*plotW + legendW
+	pw := plotW
+	if len(panels) > 1 {
+		pw = panelW
+	}
+	w := vg.Length(len(panels))*pw + legendW
 	paint := func(dc draw.Canvas) {
 		leg := panels[0].Legend
 		for i, p := range panels {
 			l := p.Legend
 			p.Legend = plot.NewLegend()
-			x0 := vg.Length(i) * plotW
-			p.Draw(draw.Crop(dc, x0, -(w - x0 - plotW), 0, 0))
+			x0 := vg.Length(i) * pw
+			p.Draw(draw.Crop(dc, x0, -(w - x0 - pw), 0, 0))
 			p.Legend = l
 		}
 		leg.Top, leg.Left = true, true
@@ -125,10 +135,22 @@ var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.Tri
 
 // palette gives each name its own colour and glyph, the same in every
 // plot of a report; past len(distinct) names the colours come again with
-// dashes.
+// dashes. The float64 reference and the registered mechanisms come
+// first, in the registry's order, so that a mechanism has one colour in
+// every report.
 type palette struct{ names []string }
 
 func newPalette(names []string) *palette {
+	p := &palette{names: append([]string{"ref"}, registry.Names()...)}
+	for _, n := range names {
+		p.index(n)
+	}
+	return p
+}
+
+// localPalette is a palette of names alone: the lines of one plot that
+// are not mechanisms (the error metrics of a sweep).
+func localPalette(names []string) *palette {
 	p := &palette{}
 	for _, n := range names {
 		p.index(n)
@@ -250,7 +272,11 @@ func maskName(causal bool) string {
 // back to exact attention, or have no value (ok false). ok is false when
 // nothing was drawn.
 func vsN(g grid, pal *palette, causal bool, title, ylabel string, value func(*Row) (float64, bool)) (p *plot.Plot, ok bool, err error) {
-	p = newLogLog(fmt.Sprintf("%s, %s: %s", g.mode, maskName(causal), title), "n (tokens, log scale)", ylabel)
+	heading := fmt.Sprintf("%s, %s: %s", g.mode, maskName(causal), title)
+	if g.mode == "decode" {
+		heading = "decode: " + title // every decode row is causal
+	}
+	p = newLogLog(heading, "n (tokens, log scale)", ylabel)
 	p.X.Tick.Marker = lengthTicks(g.ns)
 	for _, s := range g.series {
 		if s.causal != causal {
@@ -384,7 +410,7 @@ func bandwidthPlot(g grid, pal *palette, dram float64) (p *plot.Plot, ok bool, e
 	p.Title.Text = "decode: K/V bytes read per second against the cache length"
 	if dram > 0 {
 		x0, x1 := g.nRange()
-		if err := hline(p, fmt.Sprintf("measured DRAM read %.1f GB/s", dram), dram, x0, x1, boundColor); err != nil {
+		if err := hline(p, fmt.Sprintf("DRAM read %.1f GB/s", dram), dram, x0, x1, boundColor); err != nil {
 			return nil, false, err
 		}
 	}
@@ -545,7 +571,7 @@ func accuracyPlot(name string, pts []*AccuracyPoint, maxErr float64) (p *plot.Pl
 		ticks = append(ticks, int(xy.X))
 	}
 	p.X.Tick.Marker = ticks
-	pal := newPalette([]string{"relative Frobenius", "spectral norm"})
+	pal := localPalette([]string{"relative Frobenius", "spectral norm"})
 	if err := pal.line(p, "relative Frobenius", rel); err != nil {
 		return nil, false, err
 	}
@@ -569,7 +595,7 @@ func costPlot(a *Accuracy, maxErr float64) (p *plot.Plot, ok bool, err error) {
 	p = newLogLog(fmt.Sprintf("error against time per call as the budget grows (n=%d)", a.N),
 		"seconds per call (log scale)", "relative error (log scale)")
 	names, groups := sweepGroups(a)
-	pal := newPalette(names)
+	pal := localPalette(names)
 	x0, x1 := math.Inf(1), 0.0
 	for _, name := range names {
 		var xys plotter.XYs

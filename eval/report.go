@@ -223,6 +223,16 @@ func (v *reportView) addBench(r *Results, pal *palette) error {
 	secs := benchSections(r)
 	for i, mode := range modes(r.Rows) {
 		g := gridOf(r.Rows, mode)
+		pal := pal
+		if mode == "decode" {
+			// A decode line is a cache configuration, not a mechanism:
+			// the strongest colours, in the order of the tables.
+			var names []string
+			for _, s := range g.series {
+				names = append(names, s.mech)
+			}
+			pal = localPalette(names)
+		}
 		p := part{ID: "bench-" + mode, Title: secs[i].Title, Level: 3, Sections: []Section{secs[i]}}
 		masks := []bool{false, true}
 		if mode == "decode" {

@@ -84,7 +84,7 @@ func TestPaletteDistinct(t *testing.T) {
 	for i := range len(distinct) {
 		names = append(names, "m"+string(rune('a'+i)))
 	}
-	p := newPalette(names)
+	p := localPalette(names)
 	seen := map[color.RGBA]string{}
 	for _, n := range names {
 		c, _, dashes := p.style(n)
@@ -97,8 +97,14 @@ func TestPaletteDistinct(t *testing.T) {
 		}
 		seen[rgba] = n
 	}
-	if len(distinct) < 16 {
-		t.Errorf("%d colours; a benchmark of every mechanism needs more", len(distinct))
+	// Every registered mechanism and ref have colours of their own, the
+	// same in every report.
+	if n := len(newPalette(nil).names); n > len(distinct) {
+		t.Errorf("%d mechanisms and %d colours", n, len(distinct))
+	}
+	a, b := newPalette([]string{"hyper"}), newPalette([]string{"window", "hyper"})
+	if ca, _, _ := a.style("hyper"); ca != func() color.Color { c, _, _ := b.style("hyper"); return c }() {
+		t.Error("hyper's colour depends on the other mechanisms of the report")
 	}
 }
 

@@ -272,7 +272,11 @@ func spreadText(r *Row) string {
 		// Results written before seconds_sd: half the range.
 		sd = (r.SecondsMax - r.SecondsMin) / 2
 	}
-	return "±" + strconv.FormatFloat(100*sd/r.Seconds, 'g', 2, 64) + "%"
+	pct := 100 * sd / r.Seconds
+	if pct >= 10 {
+		return "±" + strconv.FormatFloat(pct, 'f', 0, 64) + "%"
+	}
+	return "±" + strconv.FormatFloat(pct, 'g', 2, 64) + "%"
 }
 
 func timeCell(_ Machine, r *Row) string {

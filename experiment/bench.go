@@ -105,7 +105,7 @@ func (cfg *BenchConfig) Check() error {
 		}
 		for _, t := range cfg.DTypes {
 			if _, err := kvcache.ParseDType(t); err != nil {
-				return fmt.Errorf("%w: dtype %q: want f32, bf16, f16 or i8", attn.ErrInput, t)
+				return fmt.Errorf("%w: dtype %q: want f32, bf16, f16, i8 or i4", attn.ErrInput, t)
 			}
 		}
 		for _, hkv := range cfg.HKVs {

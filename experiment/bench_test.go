@@ -10,6 +10,7 @@ import (
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/eval"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/registry"
 )
 
@@ -154,5 +155,36 @@ func TestRunBenchErrors(t *testing.T) {
 	res, err := RunBench(ctx, good)
 	if !errors.Is(err, context.Canceled) || res == nil || len(res.Rows) != 1 || !res.Rows[0].Interrupted {
 		t.Errorf("cancelled: %v, %+v", err, res)
+	}
+}
+
+// TestRunBenchDecodeI4: a 4-bit cache decodes, and its rows count the
+// bytes a step reads: the codes and a scale and zero per group of 64.
+func TestRunBenchDecodeI4(t *testing.T) {
+	cfg := BenchConfig{Mode: Decode, Mechs: []string{"exact"}, Ns: []int{130}, B: 1, H: 4, D: 72,
+		HKVs: []int{2}, DTypes: []string{"i4", "f32"}, Causal: []bool{true}, Reps: 2, Input: eval.Gaussian}
+	res, err := RunBench(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var i4, f32 eval.Row
+	for _, r := range res.Rows {
+		switch r.DType {
+		case "i4":
+			i4 = r
+		case "f32":
+			f32 = r
+		}
+	}
+	if i4.Skipped != "" || i4.RelErr == nil || *i4.RelErr > 0.2 || *i4.RelErr < *f32.RelErr {
+		t.Fatalf("i4 row %+v (f32's error %v)", i4, f32.RelErr)
+	}
+	t.Logf("i4 error %.3g, f32 %.3g", *i4.RelErr, *f32.RelErr)
+	s := attn.Shape{B: 1, H: 4, HKV: 2, N: 1, M: 130, D: 72}
+	// 2·2·130·72 codes of half a byte; keys 2·72 channels × 3 groups of
+	// positions, values 2·130 positions × 2 groups of channels, 8 bytes
+	// each.
+	if got, want := kvBytes(s, kvcache.I4), 2*2*130*72/2+8*(2*72*3+2*130*2); got != want {
+		t.Errorf("kvBytes i4 = %d, want %d", got, want)
 	}
 }

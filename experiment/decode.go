@@ -249,12 +249,19 @@ func (sw *sweep) fillDecoder(ctx context.Context, row *eval.Row, mech mechanism,
 }
 
 // kvBytes is the size of the keys and values of a cache of type dt for
-// shape s, which a decode step reads: with i8, the codes and the float32
-// scale of each row.
+// shape s, which a decode step reads: the codes, and with i8 the float32
+// scale of each row, with i4 the float32 scale and zero of each group of
+// 64 (keys: 64 positions of a channel; values: 64 channels of a
+// position).
 func kvBytes(s attn.Shape, dt kvcache.DType) int {
-	n := 2 * s.KVLen() * dt.Size()
-	if dt == kvcache.I8 {
-		n += 2 * s.B * s.HKV * s.M * 4
+	n := 2 * s.KVLen() * dt.Bits() / 8
+	rows := s.B * s.HKV * s.M
+	switch dt {
+	case kvcache.I8:
+		n += 2 * rows * 4
+	case kvcache.I4:
+		groups := func(x int) int { return (x + 63) / 64 }
+		n += 8 * (s.B*s.HKV*s.D*groups(s.M) + rows*groups(s.D))
 	}
 	return n
 }

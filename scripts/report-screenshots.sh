@@ -5,8 +5,8 @@
 #
 # Usage: scripts/report-screenshots.sh [DIR]
 #
-# DIR defaults to report-check/. When DIR has no report.html, a small one
-# is made first (a few minutes on 2 cores): a Gaussian benchmark of every
+# DIR defaults to report-check/. A report there is drawn again (attn
+# report) by this version; when DIR has none, a small one is made first (a few minutes on 2 cores): a Gaussian benchmark of every
 # mechanism, prefill and decode, with its accuracy sweeps, a patching run
 # and a needle run of the embedded model, all in DIR. The screenshots go
 # to DIR/screenshots/: page.png (the whole page, 1400 pixels wide), and
@@ -23,7 +23,9 @@ if [ -z "$CHROME" ]; then
 fi
 ATTN=$(mktemp -d)/attn
 go build -o "$ATTN" ./cmd/attn
-if [ ! -f "$DIR/report.html" ]; then
+if [ -f "$DIR/report.html" ]; then
+	"$ATTN" report -out "$DIR" # drawn by this version
+else
 	"$ATTN" bench -input gaussian -n 256,512,1024,2048 -heads 4 -d 64 -reps 3 -row-time 1s \
 		-budget 3m -accuracy-n 512 -out "$DIR"
 	"$ATTN" bench -mode decode -n 1024,4096,16384 -heads 8 -reps 3 -budget 1m -out "$DIR/decode"
@@ -36,10 +38,17 @@ PAGE=$(realpath "$DIR/report.html")
 # The whole page: tall enough for every section.
 "$CHROME" --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
 	--window-size=1400,30000 --screenshot="$SHOTS/page.png" "file://$PAGE" 2>/dev/null
-# Each figure alone, as the page lays it out (its id is fig-NAME).
-for f in $(grep -o 'id="fig-[^"]*"' "$PAGE" | sed 's/id="fig-\(.*\)"/\1/'); do
+# Each figure alone, in the page's style: a page of its own holding the
+# figure's element (a line of report.html, id fig-NAME), since a
+# screenshot shows the top of a page.
+HEAD=$(sed -n '1,/<\/head>/p' "$PAGE")
+grep '<figure id="fig-' "$PAGE" | while IFS= read -r fig; do
+	name=$(echo "$fig" | sed 's/.*id="fig-\([^"]*\)".*/\1/')
+	one="$SHOTS/fig-$name.html"
+	printf '%s\n<body>\n%s\n</body></html>\n' "$HEAD" "$fig" >"$one"
 	"$CHROME" --headless=new --no-sandbox --disable-gpu --hide-scrollbars \
-		--window-size=1400,900 --screenshot="$SHOTS/fig-$f.png" "file://$PAGE#fig-$f" 2>/dev/null
+		--window-size=1100,620 --screenshot="$SHOTS/fig-$name.png" "file://$(realpath "$one")" 2>/dev/null
+	rm "$one"
 done
 if [ -f "$DIR/decode/report.html" ]; then
 	"$CHROME" --headless=new --no-sandbox --disable-gpu --hide-scrollbars \

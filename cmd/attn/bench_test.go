@@ -378,7 +378,7 @@ func TestBenchErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-mech", "nope"}, "unknown mechanism"},
-		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16, f16 or i8"},
+		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16, f16, i8 or i4"},
 		{[]string{"-mode", "decode", "-kv-heads", "3"}, "not a multiple"},
 		{[]string{"-mode", "train"}, "want prefill or decode"},
 		{[]string{"-dtype", "bf16"}, "f32 only"},

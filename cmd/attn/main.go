@@ -12,6 +12,7 @@
 //	attn generate [flags]  stream text from a model and report prefill and decode tokens/s
 //	attn train [flags]     train a model and its tokenizer on plain text, in pure Go
 //	attn dump [flags]      write one layer's Q, K, V (after RoPE) and output as .npy
+//	attn report -out DIR   write DIR/report.html again from the results in DIR
 //	attn version           the version of attn and of Go
 //
 // Run `attn help <command>` (or `attn <command> -h`) for a command's
@@ -53,6 +54,7 @@ var commands = []command{
 	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
 	{"train", "train a model and its tokenizer on text: AdamW, cosine schedule, checkpoints", cmdTrain},
 	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},
+	{"report", "write report.html again from the results in a folder", cmdReport},
 	{"version", "print the version of attn, of Go and the build", cmdVersion},
 }
 
