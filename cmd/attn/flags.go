@@ -154,6 +154,9 @@ func (fs *flagSet) printDefaults(w io.Writer) {
 			return
 		}
 		name, usage := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(*intFlag); ok && name == "value" {
+			name = "int"
+		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "  -%s", f.Name)
 		if name != "" {

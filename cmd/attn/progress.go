@@ -32,11 +32,15 @@ type progress struct {
 	step   experiment.Step
 	// stepStart is when the current step began.
 	stepStart time.Time
-	said      map[string]bool
-	repeats   int
-	buf       []byte
-	stop      chan struct{}
-	stopped   chan struct{}
+	// shown is the largest share of the work drawn so far: forecasts
+	// grow as rows are measured, and a bar going back would read as an
+	// error.
+	shown   float64
+	said    map[string]bool
+	repeats int
+	buf     []byte
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 // redrawEvery is the longest a terminal's bar goes without a redraw (a
@@ -205,6 +209,8 @@ func (p *progress) redraw() {
 	const width = 24
 	now := time.Now()
 	frac, left, known := p.fraction(now)
+	frac = max(frac, p.shown)
+	p.shown = frac
 	filled := min(width, max(0, int(frac*width)))
 	b := append(p.buf[:0], "\r\x1b[K["...)
 	for i := range width {
