@@ -25,7 +25,10 @@ func asmImplementations() []implementation {
 	a.name = "avx512"
 	a.fmaPeak = fmaPeakAVX512
 	a.gemm = gemmAVX512
-	a.gemmPF = gemmPFAVX512
+	a.gemmPF, a.gemmI8 = gemmPFAVX512, gemmI8AVX512
+	if x.HasF16C {
+		a.gemmF16 = gemmF16AVX512
+	}
 	a.dotRows, a.dotRowsPF = dotRowsAVX512, dotRowsPFAVX512
 	a.dotRowsBF16, a.dotRowsBF16PF, a.dotRowsBF16Native = dotRowsBF16AVX512, dotRowsBF16PFAVX512, dotRowsBF16PFAVX512
 	if x.HasF16C {

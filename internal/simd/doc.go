@@ -29,7 +29,7 @@
 // bfloat16 products below.
 //
 // The avx512 family has the fused tile (GemmPanels, OnlineSoftmax,
-// AttendPanels), Gemm and GemmPF, the DotRows kernels (float32, bfloat16,
+// AttendPanels), Gemm, GemmPF, GemmF16 and GemmI8, the DotRows kernels (float32, bfloat16,
 // binary16 and int8 keys, with and without a prefetch hint) and FMAPeak
 // in zmm registers. A panel of 16 queries is one register, so a panel's
 // maxima, sums and rescale factors are single registers and the products'
@@ -40,7 +40,7 @@
 // rows × 16/R keys, each load of 16 key values serving R FMAs, the last
 // d%16 values of a row read under a mask, and sum the 16 accumulators'
 // lanes into one register by shuffles and adds (4 of each a sum). Masks
-// also take the last 8 columns of GemmPF. FMAPeak's zmm FMAs double its
+// also take the last 8 columns of GemmPF, GemmF16 and GemmI8. FMAPeak's zmm FMAs double its
 // flops an instruction (see PeakFlopsPerIter): MeasurePeakGFlops is the
 // peak of the family in use.
 //

@@ -235,11 +235,23 @@ func gemmBF16NativeAVX512BF16(m int, n int, k int, a []float32, lda int, b []uin
 //go:noescape
 func gemmAVX512(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
 
-// gemmPFAVX512 is gemmPFAVX2 with AVX-512 (see GemmPF). n must be a multiple of 8;
+// gemmPFAVX512 is gemmPFAVX2 with AVX-512. n must be a multiple of 8;
 // the slices must be long enough (the Go caller checks).
 //
 //go:noescape
 func gemmPFAVX512(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, pf []float32)
+
+// gemmF16AVX512 is gemmF16AVX2 with AVX-512. n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmF16AVX512(m int, n int, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, pf []uint16)
+
+// gemmI8AVX512 is gemmI8AVX2 with AVX-512. n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmI8AVX512(m int, n int, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
 
 // dotRowsAVX512 is dotRowsAVX2 with AVX-512; the Go caller checks the sizes.
 //

@@ -8,37 +8,48 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// gemm512 emits gemmAVX512 (Gemm, n a multiple of 16) and gemmPFAVX512
-// (GemmPF, n a multiple of 8, with a prefetch hint): gemm's loops with
-// zmm registers. Row blocks of maxRows512 rows are the outer loop; inside
+// gemm512 emits gemmAVX512 (Gemm, n a multiple of 16) and, with n a
+// multiple of 8 and a prefetch hint, gemmPFAVX512 (GemmPF) and
+// gemmF16AVX512 and gemmI8AVX512 (GemmF16 and GemmI8, B widened in
+// registers as it is loaded): gemm's loops with zmm registers. (GemmBF16
+// keeps gemmBF16AVX2, whose even and odd columns widen 16 values with a
+// shift and a mask where the zmm loads here take a shuffle and a shift
+// per 16, and which ran faster.) Row blocks of maxRows512 rows are the outer loop; inside
 // each, blocks of 32 columns (2 zmm of C a row, 16 accumulators: each
 // step of k loads 2 vectors of B and broadcasts 8 values of A for 16
 // FMAs, 10 loads where the AVX2 block needs 13 for as many flops), then
-// one of 16 columns (an FMA with A broadcast from memory) and, for
-// GemmPF, the last 8 columns under a mask. The last m%8 rows take a
-// block of their own height, with several sets of accumulators below 8.
+// one of 16 columns (an FMA with A broadcast from memory) and, for the
+// kernels with n a multiple of 8, the last 8 columns under a mask. The
+// last m%8 rows take a block of their own height, with several sets of
+// accumulators below 8.
 func gemm512() {
-	gemm512Kernel("gemmAVX512", false,
+	gemm512Kernel("gemmAVX512", kF32x16, false,
 		"gemmAVX512 is gemmAVX2 with AVX-512 (see Gemm). n must be a multiple of 16; the",
 		"slices must be long enough (the Go caller checks).",
 	)
-	gemm512Kernel("gemmPFAVX512", true,
-		"gemmPFAVX512 is gemmPFAVX2 with AVX-512 (see GemmPF). n must be a multiple of 8;",
-		"the slices must be long enough (the Go caller checks).",
-	)
+	for _, g := range []struct {
+		name string
+		ke   kElem512
+	}{{"gemmPF", kF32x16}, {"gemmF16", kF16x16}, {"gemmI8", kI8x16}} {
+		gemm512Kernel(g.name+"AVX512", g.ke, true,
+			fmt.Sprintf("%sAVX512 is %sAVX2 with AVX-512. n must be a multiple of 8;", g.name, g.name),
+			"the slices must be long enough (the Go caller checks).",
+		)
+	}
 }
 
-func gemm512Kernel(name string, pfKernel bool, doc ...string) {
-	sig := "func(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool"
+func gemm512Kernel(name string, ke kElem512, pfKernel bool, doc ...string) {
+	bType := map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size]
+	sig := "func(m, n, k int, a []float32, lda int, b " + bType + ", ldb int, c []float32, ldc int, accumulate bool"
 	if pfKernel {
-		sig += ", pf []float32"
+		sig += ", pf " + bType
 	}
 	TEXT(name, NOSPLIT, sig+")")
 	Pragma("noescape")
 	Doc(doc...)
 	var pf *prefetcher
 	if pfKernel {
-		pf = newPrefetcher("pf", 4)
+		pf = newPrefetcher("pf", ke.size)
 	}
 	left, aRow, cRow := AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	m := Load(Param("m"), GP64())
@@ -79,8 +90,8 @@ func gemm512Kernel(name string, pfKernel bool, doc ...string) {
 			Label(l)
 			CMPQ(j, U8(16*w))
 			JL(LabelRef(l + "end"))
-			gemm512Block(l+"b", r, w, false, bp, cp, aRow, pf)
-			ADDQ(U8(64*w), bp)
+			gemm512Block(l+"b", r, w, false, ke, bp, cp, aRow, pf)
+			ADDQ(U8(16*ke.size*w), bp)
 			ADDQ(U8(64*w), cp)
 			SUBQ(U8(16*w), j)
 			if w == 2 {
@@ -91,7 +102,7 @@ func gemm512Kernel(name string, pfKernel bool, doc ...string) {
 		if pfKernel {
 			TESTQ(j, j)
 			JZ(LabelRef(pre + "next"))
-			gemm512Block(pre+"h", r, 1, true, bp, cp, aRow, pf)
+			gemm512Block(pre+"h", r, 1, true, ke, bp, cp, aRow, pf)
 		}
 		Label(pre + "next")
 		lda := Load(Param("lda"), GP64())
@@ -111,8 +122,9 @@ func gemm512Kernel(name string, pfKernel bool, doc ...string) {
 }
 
 // gemm512Block emits C[0:r][cp:cp+16w] (+)= A[0:r][:]·B[:][bp:bp+16w]
-// for w zmm of C a row; with half, 8 columns (w = 1) under a mask.
-func gemm512Block(pre string, r, w int, half bool, bp, cp Register, aRow Mem, pf *prefetcher) {
+// for w zmm of C a row, B of element ke; with half, 8 columns (w = 1)
+// under a mask.
+func gemm512Block(pre string, r, w int, half bool, ke kElem512, bp, cp Register, aRow Mem, pf *prefetcher) {
 	sets := 1
 	for r*w*sets < 8 && sets < 4 {
 		sets *= 2
@@ -184,7 +196,7 @@ func gemm512Block(pre string, r, w int, half bool, bp, cp Register, aRow Mem, pf
 		LEAQ(Mem{Base: p0, Index: lda, Scale: 4}, p4)
 	}
 	Load(Param("ldb"), ldb)
-	SHLQ(U8(2), ldb)
+	shlSize(ldb, ke.size)
 	MOVQ(bp, bq)
 	Load(Param("k"), kk)
 
@@ -192,9 +204,9 @@ func gemm512Block(pre string, r, w int, half bool, bp, cp Register, aRow Mem, pf
 		bv := newZMMs(w)
 		for g := range bv {
 			if half {
-				VMOVUPS_Z(Mem{Base: bq}, km, bv[g])
+				ke.load(Mem{Base: bq}, km, bv[g])
 			} else {
-				VMOVUPS(Mem{Base: bq, Disp: 64 * g}, bv[g])
+				ke.load(Mem{Base: bq, Disp: 16 * ke.size * g}, nil, bv[g])
 			}
 		}
 		for i := 0; i < r; i++ {
@@ -221,8 +233,9 @@ func gemm512Block(pre string, r, w int, half bool, bp, cp Register, aRow Mem, pf
 	JL(LabelRef(pre + "k1"))
 	Label(pre + "k4")
 	if pf != nil {
-		// Half the lines 4 steps of k read of B, as gemmPFAVX2.
-		pf.next(2 * w)
+		// As gemm16Kernel: 2 lines every 4 steps of k of 16 columns, 1
+		// for an 8-bit B.
+		pf.next(min(2, ke.size) * w)
 	}
 	for u := 0; u < kUnroll; u++ {
 		step(u%sets, u)
