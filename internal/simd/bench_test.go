@@ -559,3 +559,49 @@ func BenchmarkI8(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAttendPanelsStream runs the fused kernel as the tiles of a
+// long sequence meet it: 64 queries (4 panels) against key tiles of 64
+// keys taken in turn from keys and values of keys·d floats each, too many
+// for the L2 cache, with the next tile as the prefetch hint, and reports
+// the rate of the whole pass over the tiles, 4·64·keys·d flops.
+func BenchmarkAttendPanelsStream(b *testing.B) {
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		if !timed(impl) {
+			b.Skip("assembly only")
+		}
+		for _, sz := range [][2]int{{8192, 64}, {8192, 128}} {
+			keys, d := sz[0], sz[1]
+			b.Run(fmt.Sprintf("keys%dd%d", keys, d), func(b *testing.B) {
+				const rows, n = 64, 64
+				np := rows / Panel
+				r := rand.New(rand.NewPCG(3, 4))
+				k, v := randSlice(r, keys*d, -1, 1), randSlice(r, keys*d, -1, 1)
+				qt := randSlice(r, np*Panel*d, -1, 1)
+				acc := make([]float32, np*Panel*d)
+				st := make([]float32, Panel*n)
+				m, l := make([]float32, np*Panel), make([]float32, np*Panel)
+				call := func() {
+					for i := range m {
+						m[i], l[i] = 10, 0
+					}
+					for j0 := 0; j0 < keys; j0 += n {
+						var pfk, pfv []float32
+						if next := (j0 + n) * d; next < keys*d {
+							pfk, pfv = k[next:next+n*d], v[next:next+n*d]
+						}
+						impl.attendPanels(np, n, d, k[j0*d:], d, 1, qt, Panel*d, st, v[j0*d:], 1, d, m, l, acc, Panel*d, pfk, pfv)
+					}
+				}
+				for b.Loop() {
+					call()
+				}
+				flops := 4 * float64(rows*keys*d)
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				best := flops / bestSeconds(call) / 1e9
+				b.ReportMetric(best, "best-GFLOP/s")
+				b.ReportMetric(100*best/peakOf(impl), "%peak")
+			})
+		}
+	})
+}
