@@ -32,7 +32,11 @@
 // returns them with the metadata; it enforces the reference
 // implementation's rules (header at most 100,000,000 bytes, offsets that
 // agree with the shapes and tile the data section exactly) and rejects
-// duplicate names. WriteSafetensors writes float32 tensors as the reference
+// duplicate names and shapes of more than 64 dimensions (numpy's limit;
+// the format has none). The header is walked in place once it is known to
+// be valid JSON, and an array is counted before its elements are decoded,
+// so reading a header costs time linear in its length and memory a small
+// multiple of it. WriteSafetensors writes float32 tensors as the reference
 // implementation does.
 //
 // # Errors and resources
@@ -40,7 +44,8 @@
 // No input makes a reader panic or allocate more than the input's size
 // justifies: a header that declares 2^40 elements gets an error, not an
 // attempt to allocate them (fuzz tests check both). Every error about file
-// contents wraps ErrFormat; a file that ends early also wraps
+// contents wraps ErrFormat and quotes at most the start of a name or value
+// from the file; a file that ends early also wraps
 // io.ErrUnexpectedEOF. Errors from the underlying reader or writer are
 // wrapped as they are. Writers refuse a tensor whose Data does not match
 // its Shape with an error wrapping ErrInvalidTensor.

@@ -3,10 +3,13 @@ package tensorio
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -24,17 +27,17 @@ const metadataKey = "__metadata__"
 // safetensorsTypes maps the dtypes we read to element types. The format
 // defines more (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F8_E5M2,
 // F8_E4M3, ...); those are rejected by name.
-var safetensorsTypes = map[string]elemType{
-	"F32":  elemF32,
-	"F64":  elemF64,
-	"F16":  elemF16,
-	"BF16": elemBF16,
+var safetensorsTypes = map[string]*elemType{
+	"F32":  &elemF32,
+	"F64":  &elemF64,
+	"F16":  &elemF16,
+	"BF16": &elemBF16,
 }
 
 // stEntry is one tensor as the header describes it.
 type stEntry struct {
 	name       string
-	et         elemType
+	et         *elemType
 	shape      []int
 	begin, end int64 // byte offsets into the data section
 }
@@ -123,7 +126,7 @@ func readSafetensors(r io.ReaderAt, size int64) (map[string]*Tensor, map[string]
 			buf = slices.Grow(buf[:0], k*e.et.size)[:k*e.et.size]
 			off := dataStart + e.begin + int64(i*e.et.size)
 			if err := readAt(r, buf, off); err != nil {
-				return nil, nil, readError(fmt.Sprintf("data of %q", e.name), err)
+				return nil, nil, readError(fmt.Sprintf("data of %q", clipText(e.name)), err)
 			}
 			e.et.decode(t.Data[i:i+k], buf)
 		}
@@ -146,22 +149,37 @@ func readAt(r io.ReaderAt, p []byte, off int64) error {
 }
 
 // parseSafetensorsHeader decodes the JSON header into tensor entries, sorted
-// by name, and the metadata map. It walks the top-level object token by
-// token because decoding into a Go map would silently keep the last of two
-// entries with the same name.
+// by name, and the metadata map. It walks the top-level object member by
+// member (see jsonscan.go) because decoding into a Go map would silently
+// keep the last of two entries with the same name. Errors quote at most
+// the start of a name or value.
 func parseSafetensorsHeader(hdr []byte) ([]stEntry, map[string]string, error) {
 	if !utf8.Valid(hdr) {
 		return nil, nil, fmt.Errorf("%w: header is not valid utf-8", ErrFormat)
 	}
-	var entries []stEntry
-	var meta map[string]string
-	seen := map[string]bool{}
-	err := decodeObject(hdr, func(name string, raw json.RawMessage) error {
-		if seen[name] {
-			return fmt.Errorf("duplicate key %q", name)
+	if !json.Valid(hdr) {
+		// Unmarshal into a RawMessage validates again, to say where,
+		// before it would copy anything.
+		err := json.Unmarshal(hdr, new(json.RawMessage))
+		if err != nil && strings.Contains(err.Error(), "after top-level value") {
+			err = errors.New("unexpected data after the JSON object")
 		}
-		seen[name] = true
+		return nil, nil, fmt.Errorf("%w: header: %w", ErrFormat, err)
+	}
+	// Every entry takes at least minEntry bytes and names data_offsets:
+	// counting the name bounds the entries, so that they are allocated
+	// once, at most a header's worth.
+	const minEntry = len(`"":{"dtype":"F32","shape":[],"data_offsets":[0,0]}`)
+	n := min(bytes.Count(hdr, []byte(`"data_offsets"`)), len(hdr)/minEntry+1)
+	entries := make([]stEntry, 0, n)
+	var meta map[string]string
+	hasMeta := false
+	err := members(hdr, func(name string, raw []byte) error {
 		if name == metadataKey {
+			if hasMeta {
+				return fmt.Errorf("duplicate key %q", name)
+			}
+			hasMeta = true
 			var err error
 			meta, err = parseMetadata(raw)
 			return err
@@ -176,59 +194,29 @@ func parseSafetensorsHeader(hdr []byte) ([]stEntry, map[string]string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: header: %w", ErrFormat, err)
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
+	// Sorted, two entries of one name are neighbours: no set of names
+	// needed.
+	slices.SortFunc(entries, func(a, b stEntry) int { return strings.Compare(a.name, b.name) })
+	for i := 1; i < len(entries); i++ {
+		if entries[i].name == entries[i-1].name {
+			return nil, nil, fmt.Errorf("%w: header: duplicate key %q", ErrFormat, clipText(entries[i].name))
+		}
+	}
 	return entries, meta, nil
 }
 
-// decodeObject calls fn for each member of the JSON object in data, in
-// order, and fails if data holds anything but one object and whitespace
-// (the writer pads the header with spaces).
-func decodeObject(data []byte, fn func(key string, raw json.RawMessage) error) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != json.Delim('{') {
-		return fmt.Errorf("not a JSON object")
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		// In key position Token returns a string or a syntax error; the
-		// checked assertion only rules out a panic.
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		if err := fn(key, raw); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("unexpected data after the JSON object")
-	}
-	return nil
-}
-
-func parseMetadata(raw json.RawMessage) (map[string]string, error) {
+func parseMetadata(raw []byte) (map[string]string, error) {
 	if string(raw) == "null" {
 		return nil, nil // the reference reader treats null as absent
 	}
 	meta := map[string]string{}
-	err := decodeObject(raw, func(k string, v json.RawMessage) error {
+	err := members(raw, func(k string, v []byte) error {
 		if _, dup := meta[k]; dup {
-			return fmt.Errorf("duplicate metadata key %q", k)
+			return fmt.Errorf("duplicate metadata key %q", clipText(k))
 		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return fmt.Errorf("metadata %q: value is not a string", k)
+		s, err := unquote(v)
+		if err != nil {
+			return fmt.Errorf("metadata %q: value is not a string", clipText(k))
 		}
 		meta[k] = s
 		return nil
@@ -241,72 +229,108 @@ func parseMetadata(raw json.RawMessage) (map[string]string, error) {
 
 // parseEntry decodes one tensor's {"dtype", "shape", "data_offsets"}
 // object. Field names match exactly (encoding/json alone would also accept
-// "DTYPE"), each at most once.
-func parseEntry(name string, raw json.RawMessage) (stEntry, error) {
+// "DTYPE"), each at most once; null is as absent; a shape has at most
+// maxSafetensorsDims dimensions.
+func parseEntry(name string, raw []byte) (stEntry, error) {
 	var (
-		dtype   *string
-		dims    []int64
-		offsets []int64
-		seen    = map[string]bool{}
+		dtype, shape, offsets []byte
+		known                 [3]bool
+		others                map[string]bool // made for the rare entry with unknown fields
 	)
-	err := decodeObject(raw, func(k string, v json.RawMessage) error {
-		if seen[k] {
-			return fmt.Errorf("duplicate field %q", k)
-		}
-		seen[k] = true
+	qname := clipText(name)
+	err := members(raw, func(k string, v []byte) error {
+		var dup bool
 		switch k {
 		case "dtype":
-			return json.Unmarshal(v, &dtype)
+			dup, known[0] = known[0], true
 		case "shape":
-			return json.Unmarshal(v, &dims)
+			dup, known[1] = known[1], true
 		case "data_offsets":
-			return json.Unmarshal(v, &offsets)
+			dup, known[2] = known[2], true
+		default:
+			if others == nil {
+				others = map[string]bool{}
+			}
+			dup, others[k] = others[k], true
+		}
+		if dup {
+			return fmt.Errorf("duplicate field %q", clipText(k))
+		}
+		if string(v) == "null" {
+			return nil
+		}
+		switch k {
+		case "dtype":
+			dtype = v
+		case "shape":
+			shape = v
+		case "data_offsets":
+			offsets = v
 		}
 		return nil // unknown fields are ignored, as the reference does
 	})
 	if err != nil {
-		return stEntry{}, fmt.Errorf("tensor %q: %w", name, err)
+		return stEntry{}, fmt.Errorf("tensor %q: %w", qname, err)
 	}
 	switch {
 	case dtype == nil:
-		return stEntry{}, fmt.Errorf("tensor %q: missing dtype", name)
-	case dims == nil:
-		return stEntry{}, fmt.Errorf("tensor %q: missing shape", name)
-	case len(offsets) != 2:
-		return stEntry{}, fmt.Errorf("tensor %q: data_offsets must be [begin, end], got %v", name, offsets)
+		return stEntry{}, fmt.Errorf("tensor %q: missing dtype", qname)
+	case shape == nil:
+		return stEntry{}, fmt.Errorf("tensor %q: missing shape", qname)
+	case offsets == nil:
+		return stEntry{}, fmt.Errorf("tensor %q: data_offsets must be [begin, end], not missing", qname)
 	}
-	et, ok := safetensorsTypes[*dtype]
+	dt, err := unquote(dtype)
+	if err != nil {
+		return stEntry{}, fmt.Errorf("tensor %q: dtype is not a string", qname)
+	}
+	et, ok := safetensorsTypes[dt]
 	if !ok {
-		return stEntry{}, fmt.Errorf("tensor %q: unsupported dtype %q (want F32, F64, F16 or BF16)", name, *dtype)
+		return stEntry{}, fmt.Errorf("tensor %q: unsupported dtype %q (want F32, F64, F16 or BF16)", qname, clipText(dt))
 	}
-	n, ok := numElems(dims)
+	dims, err := uintArray(shape, maxSafetensorsDims, math.MaxInt64)
+	if err != nil {
+		return stEntry{}, fmt.Errorf("tensor %q: shape: %w", qname, err)
+	}
+	off, err := uintArray(offsets, 2, math.MaxInt64)
+	if err == nil && len(off) != 2 {
+		err = fmt.Errorf("%d offsets", len(off))
+	}
+	if err != nil {
+		return stEntry{}, fmt.Errorf("tensor %q: data_offsets must be [begin, end]: %w", qname, err)
+	}
+	sdims := make([]int64, len(dims))
+	for i, d := range dims {
+		sdims[i] = int64(d)
+	}
+	n, ok := numElems(sdims)
 	if !ok {
-		return stEntry{}, fmt.Errorf("tensor %q: shape %v has a negative dimension or too many elements", name, dims)
+		return stEntry{}, fmt.Errorf("tensor %q: shape %v has too many elements", qname, sdims)
 	}
-	begin, end := offsets[0], offsets[1]
-	if begin < 0 || end < begin {
-		return stEntry{}, fmt.Errorf("tensor %q: data_offsets [%d, %d] are not an increasing pair of offsets", name, begin, end)
+	begin, end := int64(off[0]), int64(off[1])
+	if end < begin {
+		return stEntry{}, fmt.Errorf("tensor %q: data_offsets [%d, %d] are not an increasing pair of offsets", qname, begin, end)
 	}
 	if want := int64(n) * int64(et.size); end-begin != want {
 		return stEntry{}, fmt.Errorf("tensor %q: data_offsets [%d, %d] span %d bytes, shape %v of %s needs %d",
-			name, begin, end, end-begin, dims, *dtype, want)
+			qname, begin, end, end-begin, sdims, dt, want)
 	}
-	shape := make([]int, len(dims))
+	sh := make([]int, len(dims))
 	for i, d := range dims {
-		shape[i] = int(d) // numElems checked d <= maxElems
+		sh[i] = int(d) // numElems checked d <= maxElems
 	}
-	return stEntry{name: name, et: et, shape: shape, begin: begin, end: end}, nil
+	return stEntry{name: name, et: et, shape: sh, begin: begin, end: end}, nil
 }
 
-// checkLayout checks that the tensors, sorted by offset, tile the data
-// section [0, dataLen) exactly: no tensor outside it, no overlap, no gap,
-// no trailing bytes. This is the reference implementation's rule; it also
-// guarantees that the total allocated is bounded by the file size.
+// checkLayout sorts the entries by offset (stably) and checks that they
+// tile the data section [0, dataLen) exactly: no tensor outside it, no
+// overlap, no gap, no trailing bytes. This is the reference
+// implementation's rule; it also guarantees that the total allocated is
+// bounded by the file size.
 func checkLayout(entries []stEntry, dataLen int64) error {
-	byOffset := slices.Clone(entries)
-	sort.SliceStable(byOffset, func(i, j int) bool {
-		a, b := byOffset[i], byOffset[j]
-		return a.begin < b.begin || a.begin == b.begin && a.end < b.end
+	byOffset := entries
+	slices.SortStableFunc(byOffset, func(a, b stEntry) int {
+		return cmp.Or(cmp.Compare(a.begin, b.begin), cmp.Compare(a.end, b.end))
 	})
 	var pos int64
 	prev := ""
@@ -314,11 +338,11 @@ func checkLayout(entries []stEntry, dataLen int64) error {
 		switch {
 		case e.end > dataLen:
 			return fmt.Errorf("%w: tensor %q: data_offsets [%d, %d] exceed the %d-byte data section",
-				ErrFormat, e.name, e.begin, e.end, dataLen)
+				ErrFormat, clipText(e.name), e.begin, e.end, dataLen)
 		case e.begin < pos:
-			return fmt.Errorf("%w: tensor %q at [%d, %d] overlaps tensor %q", ErrFormat, e.name, e.begin, e.end, prev)
+			return fmt.Errorf("%w: tensor %q at [%d, %d] overlaps tensor %q", ErrFormat, clipText(e.name), e.begin, e.end, clipText(prev))
 		case e.begin > pos:
-			return fmt.Errorf("%w: %d unused bytes before tensor %q at offset %d", ErrFormat, e.begin-pos, e.name, e.begin)
+			return fmt.Errorf("%w: %d unused bytes before tensor %q at offset %d", ErrFormat, e.begin-pos, clipText(e.name), e.begin)
 		}
 		pos, prev = e.end, e.name
 	}

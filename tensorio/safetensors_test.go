@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -176,13 +178,16 @@ func TestReadSafetensorsErrors(t *testing.T) {
 		{"null shape", stFile(one(`{"dtype":"F32","shape":null,"data_offsets":[0,4]}`), f32x2[:4]), "missing shape", false},
 		{"missing offsets", stFile(one(`{"dtype":"F32","shape":[]}`), f32x2[:4]), "data_offsets must be", false},
 		{"three offsets", stFile(one(`{"dtype":"F32","shape":[],"data_offsets":[0,4,8]}`), f32x2[:4]), "data_offsets must be", false},
-		{"dtype not string", stFile(one(`{"dtype":4,"shape":[],"data_offsets":[0,4]}`), f32x2[:4]), "cannot unmarshal", false},
+		{"dtype not string", stFile(one(`{"dtype":4,"shape":[],"data_offsets":[0,4]}`), f32x2[:4]), "dtype is not a string", false},
 		{"dtype I32", stFile(one(`{"dtype":"I32","shape":[],"data_offsets":[0,4]}`), f32x2[:4]), `unsupported dtype "I32"`, false},
 		{"dtype unknown", stFile(one(`{"dtype":"f32","shape":[],"data_offsets":[0,4]}`), f32x2[:4]), `unsupported dtype "f32"`, false},
-		{"shape float", stFile(one(`{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}`), f32x2[:4]), "cannot unmarshal", false},
-		{"shape negative", stFile(one(`{"dtype":"F32","shape":[-1,-1],"data_offsets":[0,4]}`), f32x2[:4]), "negative dimension", false},
+		{"shape float", stFile(one(`{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}`), f32x2[:4]), `element "1.5" is not an integer`, false},
+		{"shape negative", stFile(one(`{"dtype":"F32","shape":[-1,-1],"data_offsets":[0,4]}`), f32x2[:4]), `element "-1" is not an integer`, false},
+		{"shape not array", stFile(one(`{"dtype":"F32","shape":{},"data_offsets":[0,4]}`), f32x2[:4]), "shape: not an array", false},
+		{"65 dimensions", stFile(one(`{"dtype":"F32","shape":[`+strings.Repeat("1,", 64)+`1],"data_offsets":[0,4]}`), f32x2[:4]), "more than 64 elements", false},
 		{"shape overflow", stFile(one(`{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}`), f32x2[:4]), "too many elements", false},
-		{"negative begin", stFile(one(`{"dtype":"F32","shape":[],"data_offsets":[-4,0]}`), f32x2[:4]), "not an increasing pair", false},
+		{"negative begin", stFile(one(`{"dtype":"F32","shape":[],"data_offsets":[-4,0]}`), f32x2[:4]), `element "-4" is not an integer`, false},
+		{"offsets past int64", stFile(one(`{"dtype":"F32","shape":[],"data_offsets":[0,9223372036854775808]}`), f32x2[:4]), "not an integer from 0 to 9223372036854775807", false},
 		{"end before begin", stFile(one(`{"dtype":"F32","shape":[0],"data_offsets":[4,0]}`), f32x2[:4]), "not an increasing pair", false},
 		{"size mismatch", stFile(one(`{"dtype":"F32","shape":[2],"data_offsets":[0,4]}`), f32x2[:4]), "shape [2] of F32 needs 8", false},
 		{"past the data", stFile(one(`{"dtype":"F32","shape":[2],"data_offsets":[0,8]}`), f32x2[:4]), "exceed the 4-byte data section", false},
@@ -335,4 +340,69 @@ func TestWriteFilesDeviceFull(t *testing.T) {
 	if err := WriteSafetensorsFile("/dev/full", map[string]*Tensor{"x": x}, nil); err == nil {
 		t.Error("WriteSafetensorsFile to /dev/full succeeded")
 	}
+}
+
+// TestSafetensorsHostileHeaders: headers of megabytes built to be costly
+// (a shape of millions of dimensions, names, dtypes and numbers of
+// megabytes, deep nesting) are refused with a short error, reading them
+// allocates little beyond the header and the names in it, and many tiny
+// tensors cost
+// a few times the header.
+func TestSafetensorsHostileHeaders(t *testing.T) {
+	const n = 4 << 20
+	one := func(entry string) string { return `{"t":` + entry + `}` }
+	big := strings.Repeat("x", n)
+	cases := []struct {
+		name, header, want string
+	}{
+		{"millions of dimensions", one(`{"dtype":"F32","shape":[` + strings.Repeat("1,", n) + `1],"data_offsets":[0,8]}`), "more than 64 elements"},
+		{"millions of offsets", one(`{"dtype":"F32","shape":[],"data_offsets":[` + strings.Repeat("0,", n) + `0]}`), "more than 2 elements"},
+		{"long name", `{"` + big + `":{"dtype":"I8","shape":[],"data_offsets":[0,1]}}`, `unsupported dtype "I8"`},
+		{"long dtype", one(`{"dtype":"` + big + `","shape":[],"data_offsets":[0,4]}`), "unsupported dtype"},
+		{"long number", one(`{"dtype":"F32","shape":[` + strings.Repeat("9", n) + `],"data_offsets":[0,4]}`), "is not an integer"},
+		{"long metadata key", `{"__metadata__":{"` + big + `":1}}`, "value is not a string"},
+		{"deep nesting", one(`{"dtype":"F32","shape":[],"data_offsets":[0,4],"x":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `}`), "header"},
+		{"duplicate long names", `{"` + big + `":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"` + big + `":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}`, "duplicate key"},
+	}
+	for _, c := range cases {
+		file := stFile(c.header, make([]byte, 8))
+		alloc := allocated(func() {
+			_, _, err := readST(file)
+			if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), c.want) || len(err.Error()) > 300 {
+				t.Errorf("%s: err = %.300v (%d bytes), want ErrFormat with %q, short", c.name, err, len(fmt.Sprint(err)), c.want)
+			}
+		})
+		if alloc > 3*uint64(len(file)) {
+			t.Errorf("%s: %d bytes allocated for a %d-byte file", c.name, alloc, len(file))
+		}
+	}
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 100000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"t%d":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}`, i)
+	}
+	b.WriteString("}")
+	file := stFile(b.String(), nil)
+	var got map[string]*Tensor
+	alloc := allocated(func() {
+		var err error
+		if got, _, err = readST(file); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got) != 100000 || alloc > 8*uint64(len(file)) {
+		t.Errorf("100000 empty tensors: %d read, %d bytes allocated for a %d-byte file", len(got), alloc, len(file))
+	}
+}
+
+// allocated returns the bytes f allocates.
+func allocated(f func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	f()
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc
 }
