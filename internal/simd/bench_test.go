@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/hugepage"
 )
 
 // peakOf is the single-core FMA peak of a family's kernels in GFLOP/s
@@ -602,6 +603,75 @@ func BenchmarkAttendPanelsStream(b *testing.B) {
 				b.ReportMetric(best, "best-GFLOP/s")
 				b.ReportMetric(100*best/peakOf(impl), "%peak")
 			})
+		}
+	})
+}
+
+// BenchmarkDecodeStream runs the kernels of a decode step on one KV head
+// of a cache too large for the caches: for each block of 64 positions,
+// the scores of 4 query rows (DotRows), their exponentials (ExpSum) and
+// the product with the values (Gemm), each block prefetching the next,
+// with float32 ("f32": DotRowsPF, GemmPF), bfloat16 ("bf16": DotRowsBF16PF,
+// GemmBF16) and bfloat16 with the CPU's bfloat16 arithmetic
+// ("bf16native": DotRowsBF16Native, GemmBF16Native) keys and values. It
+// reports ms a pass over the cache, on average and the best of 300 (one
+// core; a decode step runs every KV head this way).
+func BenchmarkDecodeStream(b *testing.B) {
+	const g, d, blk = 4, 128, 64
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		if !timed(impl) {
+			b.Skip("assembly only")
+		}
+		for _, T := range []int{16384, 65536} {
+			r := rand.New(rand.NewPCG(5, 6))
+			// On huge pages, as the KV cache is.
+			kf, vf := make([]float32, T*d), make([]float32, T*d)
+			kh, vh := make([]uint16, T*d), make([]uint16, T*d)
+			hugepage.Advise(kf)
+			hugepage.Advise(vf)
+			hugepage.Advise(kh)
+			hugepage.Advise(vh)
+			for i := range kf {
+				kf[i], vf[i] = 2*r.Float32()-1, 2*r.Float32()-1
+				kh[i], vh[i] = half.F32ToBF16(kf[i]), half.F32ToBF16(vf[i])
+			}
+			q := randSlice(r, g*d, -0.1, 0.1)
+			s := make([]float32, g*blk)
+			acc := make([]float32, g*d)
+			for _, dt := range []string{"f32", "bf16", "bf16native"} {
+				b.Run(fmt.Sprintf("%s/T%d", dt, T), func(b *testing.B) {
+					call := func() {
+						clear(acc)
+						for j0 := 0; j0 < T; j0 += blk {
+							off, next := j0*d, min(j0+blk, T-blk)*d
+							switch dt {
+							case "f32":
+								impl.dotRowsPF(s, blk, q, d, g, kf[off:], d, blk, d, kf[next:next+blk*d])
+							case "bf16":
+								impl.dotRowsBF16PF(s, blk, q, d, g, kh[off:], d, blk, d, kh[next:next+blk*d])
+							default:
+								impl.dotRowsBF16Native(s, blk, q, d, g, kh[off:], d, blk, d, kh[next:next+blk*d])
+							}
+							for i := range g {
+								impl.expSum(s[i*blk:][:blk], 1)
+							}
+							switch dt {
+							case "f32":
+								impl.gemmPF(g, d, blk, s, blk, vf[off:], d, acc, d, true, vf[next:next+blk*d])
+							case "bf16":
+								impl.gemmBF16(g, d, blk, s, blk, vh[off:], d, acc, d, true, vh[next:next+blk*d])
+							default:
+								impl.gemmBF16Native(g, d, blk, s, blk, vh[off:], d, acc, d, true, vh[next:next+blk*d])
+							}
+						}
+					}
+					for b.Loop() {
+						call()
+					}
+					b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/pass")
+					b.ReportMetric(bestSeconds(call)*1e3, "best-ms/pass")
+				})
+			}
 		}
 	})
 }
