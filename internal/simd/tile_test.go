@@ -494,7 +494,7 @@ func TestAttendPanels(t *testing.T) {
 	negInf := float32(math.Inf(-1))
 	forEachImpl(t, func(t *testing.T, impl implementation) {
 		for _, np := range []int{0, 1, 3} {
-			for _, n := range []int{0, 1, 5, 6, 7, 13, 64, 65} {
+			for _, n := range []int{0, 1, 5, 6, 7, 8, 9, 13, 16, 17, 64, 65} {
 				for _, d := range []int{1, 5, 6, 17, 64} {
 					for _, pad := range []int{0, 7} {
 						for _, rows := range []bool{true, false} {
