@@ -97,6 +97,11 @@ type Row struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// PeakPct is GFlops as a percentage of Machine.PeakGFlops.
 	PeakPct float64 `json:"peak_pct,omitempty"`
+	// ForwardSeconds and BackwardRatio are train rows' (mode "train",
+	// where Seconds is a forward and a backward pass): the median
+	// forward alone, and the backward's time over it.
+	ForwardSeconds float64 `json:"forward_seconds,omitempty"`
+	BackwardRatio  float64 `json:"backward_ratio,omitempty"`
 	// The other error metrics of Errors, against the same reference.
 	MaxRowErr   *float64 `json:"max_row_err,omitempty"`
 	LSERelErr   *float64 `json:"lse_rel_err,omitempty"`

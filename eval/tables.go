@@ -308,6 +308,14 @@ var benchTables = []benchTable{
 		}
 		return fmt.Sprintf("%.1f", r.GBps)
 	}},
+	{func(mode string) string {
+		return "backward / forward time (train rows: the backward pass against the mechanism's own forward)"
+	}, func(_ Machine, r *Row) string {
+		if r.BackwardRatio == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.2f", r.BackwardRatio)
+	}},
 	{fixedTitle("extra memory per call (bytes allocated on the Go heap by one call)"), func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
 	{errTitle, func(_ Machine, r *Row) string {
 		if r.RelErr == nil {
@@ -327,6 +335,9 @@ var benchTables = []benchTable{
 func errTitle(mode string) string {
 	if mode == "decode" {
 		return "relative error ‖O−Ô‖_F/‖O‖_F against exact attention over the float32 keys and values (so a bf16, f16 or i8 cache shows its rounding)"
+	}
+	if mode == "train" {
+		return "relative error of the gradients (dq, dk, dv together) (exact: against the float64 ref's, to n = 1024; others: against exact's)"
 	}
 	return "relative error ‖O−Ô‖_F/‖O‖_F (exact: against the float64 ref; others: against exact)"
 }
@@ -391,6 +402,9 @@ func describeRows(rows []Row, mode string) string {
 	shape := fmt.Sprintf("B=%s H=%s Hkv=%s D=%s, %s", list(bs), list(hs), list(hkvs), list(ds), strings.Join(dtypes, ", "))
 	if mode == "decode" {
 		return "decode: one query per head against a cache of n positions; " + shape + " storage"
+	}
+	if mode == "train" {
+		return "train: a forward and a backward pass per call; " + shape
 	}
 	return mode + ": " + shape
 }

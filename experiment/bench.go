@@ -78,8 +78,8 @@ type BenchConfig struct {
 // attn.ErrInput or attn.ErrShape, before any work.
 func (cfg *BenchConfig) Check() error {
 	switch {
-	case cfg.Mode != Prefill && cfg.Mode != Decode:
-		return fmt.Errorf("%w: mode %q: want prefill or decode", attn.ErrInput, cfg.Mode)
+	case cfg.Mode != Prefill && cfg.Mode != Decode && cfg.Mode != Train:
+		return fmt.Errorf("%w: mode %q: want prefill, decode or train", attn.ErrInput, cfg.Mode)
 	case cfg.Mode == Prefill && cfg.DType != "f32" && cfg.DType != "":
 		return fmt.Errorf("%w: dtype %q: prefill supports f32 only", attn.ErrInput, cfg.DType)
 	case len(cfg.Ns) == 0:
@@ -188,9 +188,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*eval.Results, error) {
 		}
 	}
 	var rows []eval.Row
-	if cfg.Mode == Decode {
+	switch cfg.Mode {
+	case Decode:
 		rows, err = sw.decode(ctx, mechs)
-	} else {
+	case Train:
+		rows, err = sw.train(ctx, mechs)
+	default:
 		rows, err = sw.prefill(ctx, mechs)
 	}
 	for i := range rows {

@@ -188,3 +188,38 @@ func TestRunBenchDecodeI4(t *testing.T) {
 		t.Errorf("kvBytes i4 = %d, want %d", got, want)
 	}
 }
+
+// TestRunBenchTrain times forward and backward passes: every row with a
+// backward pass has both times, the ratio between them and a gradient
+// error (exact's against the float64 reference's, tiny); one without a
+// causal form is skipped with the reason.
+func TestRunBenchTrain(t *testing.T) {
+	cfg := BenchConfig{Mode: Train, Mechs: []string{"exact", "window", "hyper", "linformer"}, Ns: []int{48, 100},
+		B: 1, H: 4, HKV: 2, D: 16, Causal: []bool{true, false}, Reps: 2, Input: eval.Gaussian,
+		Settings: Settings{{Mech: "hyper", Name: "min", Value: "0"}, {Mech: "window", Name: "left", Value: "8"}}}
+	res, err := RunBench(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 4*2*2 {
+		t.Fatalf("%d rows", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		switch {
+		case r.Mode != Train:
+			t.Errorf("row mode %q", r.Mode)
+		case r.Mech == "linformer" && r.Causal:
+			if !strings.Contains(r.Skipped, "causal") {
+				t.Errorf("causal linformer: %q", r.Skipped)
+			}
+		case r.Skipped != "":
+			t.Errorf("%s n=%d causal=%v: %q", r.Mech, r.N, r.Causal, r.Skipped)
+		case r.ForwardSeconds <= 0 || r.Seconds <= r.ForwardSeconds/2 || r.BackwardRatio == 0 || r.RelErr == nil:
+			t.Errorf("%s n=%d: seconds %g, forward %g, ratio %g, err %v", r.Mech, r.N, r.Seconds, r.ForwardSeconds, r.BackwardRatio, r.RelErr)
+		case r.Mech == "exact" && (*r.RelErr > 1e-5 || r.GFlops <= 0):
+			t.Errorf("exact n=%d: gradient error %g against float64, %g GFLOP/s", r.N, *r.RelErr, r.GFlops)
+		case r.Mech == "window" && *r.RelErr == 0:
+			t.Errorf("window n=%d: gradients equal exact's; the window did nothing", r.N)
+		}
+	}
+}

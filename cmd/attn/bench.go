@@ -54,7 +54,7 @@ func defaultMemBudget() float64 {
 }
 
 var benchHelp = helpText{
-	synopsis: "attn bench [-mode prefill|decode] [-mech LIST] [-n LIST] [-set name=value ...] [-out DIR] [flags]",
+	synopsis: "attn bench [-mode prefill|decode|train] [-mech LIST] [-n LIST] [-set name=value ...] [-out DIR] [flags]",
 	examples: []string{
 		"attn bench -out report                      # every mechanism, n = 512…16384, report/report.html",
 		"attn bench -mech exact,window,hyper -n 1024,4096 -causal",
@@ -73,7 +73,7 @@ decode times one decoder step against caches of each length instead.`,
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", stdout, stderr, benchHelp)
 	all := append([]string{refMech}, registryNames()...)
-	mode := fs.String("mode", "prefill", "prefill, or decode: one query per head against a KV cache of each length (defaults then: -n 1024…65536 -heads 32 -d 128, Hkv 8 and 1, f32 and bf16)")
+	mode := fs.String("mode", "prefill", "prefill; decode: one query per head against a KV cache of each length (defaults then: -n 1024…65536 -heads 32 -d 128, Hkv 8 and 1, f32 and bf16); or train: a forward and a backward pass per call")
 	mechs := fs.String("mech", strings.Join(all, ","), "comma-separated `mechanisms`: "+refMech+" (float64 reference) or registered ones")
 	fs.alias("mechs", "mech")
 	ns := fs.String("n", "512,1024,2048,4096,8192,16384", "comma-separated query `lengths` (keys: the same)")
@@ -139,9 +139,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("-input %s: decode mode fills its caches with Gaussian keys and values only", cfg.Input)
 		}
 		cfg.Input = eval.Gaussian
-	case experiment.Prefill:
+	case experiment.Prefill, experiment.Train:
 	default:
-		return fmt.Errorf("-mode %q: want prefill or decode", cfg.Mode)
+		return fmt.Errorf("-mode %q: want prefill, decode or train", cfg.Mode)
 	}
 	if cfg.HKV == 0 {
 		cfg.HKV = cfg.H
