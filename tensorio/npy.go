@@ -202,6 +202,10 @@ func readError(what string, err error) error {
 	return fmt.Errorf("reading %s: %w", what, err)
 }
 
+// clipValue is a header value as an error message shows it: at most its
+// start.
+func clipValue(v any) string { return clipText(fmt.Sprint(v)) }
+
 // parseNPYHeader checks the header dict and returns the element type and
 // shape it declares.
 func parseNPYHeader(hdr string, longInts bool) (elemType, []int, error) {
@@ -219,7 +223,7 @@ func parseNPYHeader(hdr string, longInts bool) (elemType, []int, error) {
 	}
 	if len(extra) > 0 {
 		sort.Strings(extra)
-		return elemType{}, nil, fmt.Errorf("%w: unexpected header key %q", ErrFormat, extra[0])
+		return elemType{}, nil, fmt.Errorf("%w: unexpected header key %q", ErrFormat, clipText(extra[0]))
 	}
 	for _, k := range []string{"descr", "fortran_order", "shape"} {
 		if _, ok := d[k]; !ok {
@@ -229,11 +233,11 @@ func parseNPYHeader(hdr string, longInts bool) (elemType, []int, error) {
 
 	descr, ok := d["descr"].(string)
 	if !ok {
-		return elemType{}, nil, fmt.Errorf("%w: descr %v is not a dtype string (structured dtypes are not supported)", ErrFormat, d["descr"])
+		return elemType{}, nil, fmt.Errorf("%w: descr %s is not a dtype string (structured dtypes are not supported)", ErrFormat, clipValue(d["descr"]))
 	}
 	et, ok := npyTypes[descr]
 	if !ok {
-		return elemType{}, nil, fmt.Errorf("%w: unsupported dtype %q (want '<f4', '<f8' or '<f2')", ErrFormat, descr)
+		return elemType{}, nil, fmt.Errorf("%w: unsupported dtype %q (want '<f4', '<f8' or '<f2')", ErrFormat, clipText(descr))
 	}
 
 	switch fo := d["fortran_order"].(type) {
@@ -242,23 +246,23 @@ func parseNPYHeader(hdr string, longInts bool) (elemType, []int, error) {
 			return elemType{}, nil, fmt.Errorf("%w: fortran_order is True; only C-order arrays are supported (save numpy.ascontiguousarray(a))", ErrFormat)
 		}
 	default:
-		return elemType{}, nil, fmt.Errorf("%w: fortran_order %v is not a bool", ErrFormat, fo)
+		return elemType{}, nil, fmt.Errorf("%w: fortran_order %s is not a bool", ErrFormat, clipValue(fo))
 	}
 
 	tup, ok := d["shape"].(pyTuple)
 	if !ok {
-		return elemType{}, nil, fmt.Errorf("%w: shape %v is not a tuple", ErrFormat, d["shape"])
+		return elemType{}, nil, fmt.Errorf("%w: shape %s is not a tuple", ErrFormat, clipValue(d["shape"]))
 	}
 	dims := make([]int64, len(tup))
 	for i, v := range tup {
 		n, ok := v.(int64)
 		if !ok {
-			return elemType{}, nil, fmt.Errorf("%w: shape element %v is not an integer", ErrFormat, v)
+			return elemType{}, nil, fmt.Errorf("%w: shape element %s is not an integer", ErrFormat, clipValue(v))
 		}
 		dims[i] = n
 	}
 	if _, ok := numElems(dims); !ok {
-		return elemType{}, nil, fmt.Errorf("%w: shape %v has a negative dimension or too many elements", ErrFormat, dims)
+		return elemType{}, nil, fmt.Errorf("%w: shape %s has a negative dimension or too many elements", ErrFormat, clipValue(dims))
 	}
 	shape := make([]int, len(dims))
 	for i, n := range dims {
@@ -277,8 +281,8 @@ func readData(r io.Reader, shape []int, et elemType, avail int64) ([]float32, er
 	capacity := min(n, ioChunk)
 	if avail >= 0 {
 		if avail < need {
-			return nil, fmt.Errorf("%w: truncated data: shape %v needs %d bytes, %d remain: %w",
-				ErrFormat, shape, need, avail, io.ErrUnexpectedEOF)
+			return nil, fmt.Errorf("%w: truncated data: shape %s needs %d bytes, %d remain: %w",
+				ErrFormat, clipValue(shape), need, avail, io.ErrUnexpectedEOF)
 		}
 		capacity = n
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -549,6 +550,31 @@ func TestReadNPYHugeShapeAllocation(t *testing.T) {
 		// 1 MiB of float64 is 512 KiB of float32, grown by doubling.
 		if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
 			t.Errorf("%T: allocated %d bytes for a 1 MiB input", r, got)
+		}
+	}
+}
+
+// TestNPYLongHeaderErrors: a header of a megabyte, a shape of hundreds of
+// thousands of dimensions or a long key, gets an error of a line.
+func TestNPYLongHeaderErrors(t *testing.T) {
+	file := func(h string) []byte {
+		h += strings.Repeat(" ", 63-(len(h)+12)%64) + "\n"
+		b := binary.LittleEndian.AppendUint32([]byte("\x93NUMPY\x02\x00"), uint32(len(h)))
+		return append(append(b, h...), make([]byte, 16)...)
+	}
+	long := strings.Repeat("2,", 300000)
+	for _, h := range []string{
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (" + long + "), }",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (" + strings.Repeat("1,", 300000) + "8), }", // data too short
+		"{'descr': '<f4', 'fortran_order': False, 'shape': [" + long + "], }",
+		"{'descr': '" + strings.Repeat("x", 500000) + "', 'fortran_order': False, 'shape': (), }",
+		"{'descr': '<f4', 'fortran_order': (" + long + "), 'shape': (), }",
+		"{'" + strings.Repeat("k", 500000) + "': 1, 'descr': '<f4', 'fortran_order': False, 'shape': (), }",
+		"{(" + long + "): 1}",
+	} {
+		_, err := ReadNPY(bytes.NewReader(file(h)))
+		if !errors.Is(err, ErrFormat) || len(err.Error()) > 300 {
+			t.Errorf("err = %.300v (%d bytes), want a short ErrFormat", err, len(fmt.Sprint(err)))
 		}
 	}
 }

@@ -84,7 +84,11 @@ func parsePyDict(s string, longInts bool) (map[string]any, error) {
 }
 
 func (p *pyParser) errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: npy header at byte %d: %s", ErrFormat, p.i, fmt.Sprintf(format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) > 200 { // a value quoted from a header of a megabyte
+		msg = msg[:200] + "…"
+	}
+	return fmt.Errorf("%w: npy header at byte %d: %s", ErrFormat, p.i, msg)
 }
 
 // space skips the whitespace Python allows between tokens inside brackets.
