@@ -504,10 +504,15 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d)
 	case c.cfg.DType == F32:
 		simd.DotRowsPF(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d, c.kf[nextOff:][:nextN*st])
-	case c.cfg.DType == BF16 && nextN == 0:
-		simd.DotRowsBF16(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d)
 	case c.cfg.DType == BF16:
-		simd.DotRowsBF16PF(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d, c.kh[nextOff:][:nextN*st])
+		// In the CPU's bfloat16 arithmetic where it has one: the query
+		// rounded to bfloat16 like the keys, no key widened (see
+		// simd.DotRowsBF16Native).
+		var pf []uint16
+		if nextN > 0 {
+			pf = c.kh[nextOff:][:nextN*st]
+		}
+		simd.DotRowsBF16Native(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d, pf)
 	case c.cfg.DType == I8:
 		if nextN == 0 {
 			simd.DotRowsI8(sc.s, decodeBlock, sc.q, st, g, c.kq[off:][:n], st, nb, d)
@@ -549,7 +554,9 @@ func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	case F32:
 		simd.GemmPF(g, w, nb, sc.s, decodeBlock, c.vf[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vf[nextOff:][:nextN*st])
 	case BF16:
-		simd.GemmBF16(g, w, nb, sc.s, decodeBlock, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
+		// The probabilities rounded to bfloat16 where the CPU multiplies
+		// in it, as FlashAttention does on GPUs.
+		simd.GemmBF16Native(g, w, nb, sc.s, decodeBlock, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
 	case F16:
 		simd.GemmF16(g, w, nb, sc.s, decodeBlock, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
 	case I8:

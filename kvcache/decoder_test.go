@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/simd"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -226,4 +227,16 @@ func TestDecoderAppend(t *testing.T) {
 	if err := full.Append(ctx, make([]float32, 8), make([]float32, 8), 4, nil); !errors.Is(err, attn.ErrFull) {
 		t.Errorf("past MaxLen: %v, want ErrFull", err)
 	}
+}
+
+// storedTol is the relative error a decode step may show against float64
+// attention over the stored (already rounded) rows of type dt: float32
+// rounding, but with the CPU's bfloat16 arithmetic (simd.NativeBF16) the
+// queries and probabilities are rounded to bfloat16 too, 2^-9 a term,
+// which averages down over the keys to a few parts in a thousand.
+func storedTol(dt DType, tol float64) float64 {
+	if dt == BF16 && simd.NativeBF16() {
+		return 5e-3
+	}
+	return tol
 }

@@ -163,10 +163,10 @@ func TestEvictStreams(t *testing.T) {
 						if err := c.Step(context.Background(), sh.h, sq.slice(sq.q, sh.h, t0, t1), k, v, m, attn.Options{Workers: 3}, out, lse); err != nil {
 							t.Fatal(err)
 						}
-						if e := ref.RelErr(out, wantOut); e > 2e-5 {
+						if e := ref.RelErr(out, wantOut); e > storedTol(cfg.DType, 2e-5) {
 							t.Fatalf("%s: step [%d, %d): out rel err %.3g", name, t0, t1, e)
 						}
-						if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 2e-5 {
+						if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > storedTol(cfg.DType, 2e-5) {
 							t.Fatalf("%s: step [%d, %d): lse rel err %.3g %v", name, t0, t1, e, err)
 						}
 					}

@@ -355,7 +355,7 @@ func TestStoredOtherTypes(t *testing.T) {
 			if w > 0 {
 				cfg.Sinks = 3
 			}
-			runStored(t, sq, cfg, chunks, 2, 2e-5)
+			runStored(t, sq, cfg, chunks, 2, storedTol(dt, 2e-5))
 		}
 	}
 }

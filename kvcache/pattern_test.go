@@ -159,10 +159,10 @@ func TestAttendRanges(t *testing.T) {
 				if first == nil {
 					first = out
 					wantOut, wantLSE := rangesRef(t, c, tc.h, q, p, ranges, hashPattern{})
-					if e := ref.RelErr(out, wantOut); e > 1e-5 {
+					if e := ref.RelErr(out, wantOut); e > storedTol(cfg.DType, 1e-5) {
 						t.Errorf("%s: out rel err %.3g", name, e)
 					}
-					if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 1e-5 {
+					if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > storedTol(cfg.DType, 1e-5) {
 						t.Errorf("%s: lse rel err %.3g %v", name, e, err)
 					}
 				} else if !slices.Equal(first, out) {
