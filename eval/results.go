@@ -101,6 +101,9 @@ type Row struct {
 	// where Seconds is a forward and a backward pass): the median
 	// forward alone, and the backward's time over it.
 	ForwardSeconds float64 `json:"forward_seconds,omitempty"`
+	// Kernels is the kernel family the row ran on (simd.Kernels: avx512bf16,
+	// avx512, avx2 or generic).
+	Kernels string `json:"kernels,omitempty"`
 	BackwardRatio  float64 `json:"backward_ratio,omitempty"`
 	// The other error metrics of Errors, against the same reference.
 	MaxRowErr   *float64 `json:"max_row_err,omitempty"`
@@ -201,7 +204,7 @@ func finitePtr(x float64) *float64 {
 func ProbeMachine(threads int, measure bool) Machine {
 	m := Machine{
 		CPU: runtime.GOARCH, Threads: threads, Cores: runtime.NumCPU(),
-		Kernels: simd.Implementation(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version(),
+		Kernels: simd.Kernels(), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version(),
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"github.com/attnkit/attn/internal/simd"
 	"math"
 	"runtime"
 	"slices"
@@ -198,6 +199,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*eval.Results, error) {
 	}
 	for i := range rows {
 		r := &rows[i]
+		r.Kernels = simd.Kernels()
 		if r.Mech == "exact" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
 			r.PeakPct = 100 * r.GFlops / res.Machine.PeakGFlops
 		}

@@ -134,7 +134,7 @@ func TestRunBenchErrors(t *testing.T) {
 		change func(*BenchConfig)
 		want   string
 	}{
-		{func(c *BenchConfig) { c.Mode = "train" }, "want prefill or decode"},
+		{func(c *BenchConfig) { c.Mode = "fit" }, "want prefill, decode or train"},
 		{func(c *BenchConfig) { c.Mechs = []string{"nosuch"} }, "unknown mechanism"},
 		{func(c *BenchConfig) { c.Settings = Settings{{Name: "nosuch", Value: "1"}} }, "no selected mechanism"},
 		{func(c *BenchConfig) { c.H, c.HKV = 3, 2 }, "multiple"},

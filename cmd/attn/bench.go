@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/attnkit/attn/internal/simd"
 	"io"
 	"slices"
 	"strconv"
@@ -100,6 +101,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxErr := fs.Float64("max-err", 0.1, "error bound of the summary: the fastest mechanism with relative error at most this")
 	paretoN := fs.Int("pareto-n", 0, "`length` of the report's speed/error plot (0: the longest at which exact ran)")
 	probe := fs.Bool("probe", true, "measure the machine's FMA peak and DRAM bandwidth first (about 1 s)")
+	kernels := fs.String("kernels", "", "kernel `family` to run on: avx512bf16, avx512, avx2 or generic (default: the best this CPU has; as ATTN_KERNELS)")
 	input := fs.String("input", eval.Model, "inputs: model (the embedded model's queries, keys and values over held-out Persuasion; the shape is the model's), gaussian (i.i.d. normal) or planted (heavy-hitter keys; see attn accuracy)")
 	layer := fs.Int("layer", -1, "with -input model, the model's `layer` whose attention inputs are used (-1: the last)")
 	accN := fs.Int("accuracy-n", 2048, "with -out, also sweep each mechanism's budget at this `length` for the report, as attn accuracy does (0: no)")
@@ -167,6 +169,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := cfg.Check(); err != nil {
 		return err
+	}
+	if *kernels != "" {
+		if _, err := simd.UseKernels(*kernels); err != nil {
+			return fmt.Errorf("-kernels: %w", err)
+		}
+	}
+	if note := simd.KernelsNote(); note != "" {
+		fmt.Fprintln(stderr, "note:", note)
 	}
 	prog := newProgress(stderr, 0, cfg.Budget)
 	cfg.Progress = prog
