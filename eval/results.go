@@ -103,8 +103,8 @@ type Row struct {
 	ForwardSeconds float64 `json:"forward_seconds,omitempty"`
 	// Kernels is the kernel family the row ran on (simd.Kernels: avx512bf16,
 	// avx512, avx2 or generic).
-	Kernels string `json:"kernels,omitempty"`
-	BackwardRatio  float64 `json:"backward_ratio,omitempty"`
+	Kernels       string  `json:"kernels,omitempty"`
+	BackwardRatio float64 `json:"backward_ratio,omitempty"`
 	// The other error metrics of Errors, against the same reference.
 	MaxRowErr   *float64 `json:"max_row_err,omitempty"`
 	LSERelErr   *float64 `json:"lse_rel_err,omitempty"`
