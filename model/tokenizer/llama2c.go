@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/attnkit/attn"
 )
 
 // maxPieceLen bounds one piece of a tokenizer.bin; real ones are under 64
@@ -100,8 +102,12 @@ func eof(err error) error {
 
 // WriteLlama2C writes t as llama2.c's tokenizer.bin: "▁" in pieces becomes
 // a space, and BOS and EOS are written as llama2.c's export writes them,
-// "\n<s>\n" and "\n</s>\n".
+// "\n<s>\n" and "\n</s>\n". A byte-level BPE tokenizer is an error
+// wrapping attn.ErrUnsupported.
 func (t *Tokenizer) WriteLlama2C(w io.Writer) error {
+	if t.bpe != nil {
+		return fmt.Errorf("%w: tokenizer.bin holds SentencePiece vocabularies, not byte-level BPE (write a GGUF file)", attn.ErrUnsupported)
+	}
 	out := make([][]byte, len(t.pieces))
 	maxLen := 0
 	for i, p := range t.pieces {

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"errors"
+	"io"
 	"slices"
 	"testing"
 
@@ -27,6 +28,9 @@ func TestNewBPEErrors(t *testing.T) {
 		if _, err := NewBPE(c.pieces, c.kinds, c.merges, c.pre); !errors.Is(err, c.want) {
 			t.Errorf("NewBPE(%q, %v, %q, %q): %v, want %v", c.pieces, c.kinds, c.merges, c.pre, err, c.want)
 		}
+	}
+	if err := byteVocab(t, "gpt-2", nil, nil).WriteLlama2C(io.Discard); !errors.Is(err, attn.ErrUnsupported) {
+		t.Errorf("WriteLlama2C of byte-level BPE: %v, want ErrUnsupported", err)
 	}
 	if _, err := New([]string{"a"}, []float32{float32(nan())}, nil); !errors.Is(err, ErrFormat) {
 		t.Errorf("New with a NaN score: %v, want ErrFormat", err)
