@@ -54,3 +54,18 @@ func ExampleTrain() {
 	// "▁the" "▁cat" "▁sat" "▁on" "▁the" "▁" "l" "og" "<0x21>"
 	// "the cat sat on the log!"
 }
+
+func ExampleNewBPE() {
+	// Pieces are written in GPT-2's byte characters ("Ġ" is a space);
+	// each merge rule joins two pieces, the earlier rules first.
+	pieces := []string{"h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld"}
+	merges := []string{"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"}
+	tok, err := tokenizer.NewBPE(pieces, nil, merges, "gpt-2")
+	if err != nil {
+		panic(err)
+	}
+	ids := tok.Encode("hello world", false)
+	fmt.Println(ids, tok.Piece(ids[1]), tok.Decode(ids))
+	// Output:
+	// [11 16] Ġworld hello world
+}

@@ -222,8 +222,9 @@ func (t *Tokenizer) Model() string { return t.model }
 // Len returns the number of pieces.
 func (t *Tokenizer) Len() int { return len(t.pieces) }
 
-// Piece returns the text of piece id as stored ("▁" for spaces), "" for
-// an id out of range.
+// Piece returns the text of piece id as stored (SentencePiece's have "▁"
+// for a space; byte-level BPE's are in GPT-2's byte characters, "Ġ" for a
+// space), "" for an id out of range.
 func (t *Tokenizer) Piece(id int) string {
 	if id < 0 || id >= len(t.pieces) {
 		return ""
