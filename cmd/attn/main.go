@@ -54,6 +54,8 @@ var commands = []command{
 	{"generate", "generate text from a GGUF or llama2.c model, with any attention per layer", cmdGenerate},
 	{"train", "train a model and its tokenizer on text: AdamW, cosine schedule, checkpoints", cmdTrain},
 	{"dump", "write a layer's attention inputs (Q, K, V after RoPE) as .npy for attn accuracy", cmdDump},
+	{"inspect", "print a GGUF file's metadata and tensors, or write one tensor as .npy", cmdInspect},
+	{"tokenize", "print the token ids of a text under a GGUF file's tokenizer", cmdTokenize},
 	{"report", "write report.html again from the results in a folder", cmdReport},
 	{"version", "print the version of attn, of Go and the build", cmdVersion},
 }
