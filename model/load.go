@@ -43,7 +43,7 @@ func Open(path, tokPath string) (*Weights, *tokenizer.Tokenizer, error) {
 		tokPath = filepath.Join(filepath.Dir(path), "tokenizer.bin")
 	}
 	if tokPath != "" && (explicit || tok == nil) {
-		t, err := openLlama2CTokenizer(tokPath, w.Config.Vocab)
+		t, err := OpenTokenizerFor(tokPath, w.Config.Vocab)
 		switch {
 		case err == nil:
 			tok = t
@@ -53,13 +53,4 @@ func Open(path, tokPath string) (*Weights, *tokenizer.Tokenizer, error) {
 		}
 	}
 	return w, tok, nil
-}
-
-func openLlama2CTokenizer(path string, vocab int) (*tokenizer.Tokenizer, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return tokenizer.ReadLlama2C(f, vocab)
 }

@@ -27,7 +27,7 @@ type modelFlags struct {
 
 func (f *modelFlags) register(fs *flagSet, patch bool) {
 	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint (default: the embedded Austen model)")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "llama2.c tokenizer.bin `FILE` (default: the GGUF's own, or tokenizer.bin beside -model)")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer `FILE`: a GGUF (its tokenizer metadata) or llama2.c tokenizer.bin (default: the GGUF's own, or tokenizer.bin beside -model)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the patched mechanisms (layer l gets seed+l)")
 	fs.workersVar(&f.workers)
 	if patch {
