@@ -28,11 +28,12 @@ phase() { # name, then the phase's flags
 		"${start[@]}" -o "$W/$name.gguf" "$@"
 }
 
-# a0: 650 steps of 4×1024 tokens from the embedded model with the rotary
-# base raised from 10000 to 50000 and the task mixed in at weight 1 (the
-# first run, stopped when it had learnt the answer's form but not the
-# copy): attn train -init austen -ctx 1024 -rope-base 50000 -batch 4
-# -steps 900 -warmup 30 -lr 1e-3 -min-lr 1e-4 -retrieval 1 -facts 4.
+# A0: the rotary base raised from 10000 to 50000 and the task mixed in at
+# weight 1, from the embedded model (the first run of 2026-12-01 stopped
+# it at step 650 and went on from its step-600 checkpoint, a0.gguf).
+if [ ! -f "$W/a0.gguf" ]; then
+	phase a0 -init austen -ctx 1024 -rope-base 50000 -batch 4 -steps 600 -warmup 30 -lr 1e-3 -min-lr 1e-4
+fi
 START=${START:-$W/a0.gguf}
 # A: the retrieval task at 512 tokens, its answers weighted 20.
 phase a -init "$START" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
