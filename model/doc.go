@@ -63,7 +63,10 @@
 // (1, 2, 3.x with rope scaling and rope_freqs), mistral (sliding window)
 // and qwen2 (Q/K/V biases, NeoX rotary) architectures, through package
 // gguf; quantised tensors (the Q4/Q5/Q8 and k-quant families, IQ4) are
-// dequantised once at load to float32, 4 bytes a weight;
+// dequantised once at load to float32, 4 bytes a weight; the file's
+// tokenizer, SentencePiece ("llama") or byte-level BPE ("gpt2", with the
+// pre-tokenizer tokenizer.ggml.pre names), comes with them, and
+// OpenTokenizer reads it from the metadata alone;
 // ReadLlama2C and WriteLlama2C read and write llama2.c checkpoints (run.c's
 // format) and package tokenizer reads its tokenizer.bin; Open picks the
 // format from the file's magic. Every reader checks sizes before
