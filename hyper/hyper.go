@@ -236,8 +236,12 @@ func (a *Attention) Fallback(s attn.Shape, o attn.Options) string {
 			}
 		}
 	}
-	return fmt.Sprintf("hyper: no part of the call approximates: each is an exact causal leaf, below Min = %d, within one block of %d keys or taken whole by %d samples",
-		a.min, a.block, a.samples)
+	minPart := ""
+	if a.min > 0 {
+		minPart = fmt.Sprintf(", below Min = %d", a.min)
+	}
+	return fmt.Sprintf("hyper: no part of the call approximates: each is an exact causal leaf%s, within one block of %d keys or taken whole by %d samples",
+		minPart, a.block, a.samples)
 }
 
 // approximates reports whether a problem of nq queries and nk keys leaves
