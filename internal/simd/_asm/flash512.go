@@ -16,8 +16,8 @@ import (
 
 // maxRows512 is the height of the register block of the AVX-512 panel
 // products: 8 rows of A, 8 zmm accumulators, so 8 FMA chains, as many as
-// a core with two 512-bit FMA pipes of latency 4 keeps busy (Zen 4, with
-// one, needs 4).
+// a core with two 512-bit FMA pipes of latency 4 keeps busy (a core
+// with one pipe needs 4).
 const maxRows512 = 8
 
 // panelGemm512 is panelGemm with one zmm of B and C a row.
