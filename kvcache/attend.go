@@ -89,19 +89,8 @@ func (c *Cache) Attend(ctx context.Context, h int, q []float32, o attn.Options, 
 	if c.n == 0 {
 		return fmt.Errorf("%w: Attend on an empty cache", attn.ErrInput)
 	}
-	s, err := c.shape(h, 1, c.Held())
+	s, o, err := c.checkOne("Attend", h, c.Held(), q, o, out, lse)
 	if err != nil {
-		return err
-	}
-	if len(q) != s.QLen() || len(out) != s.QLen() || (lse != nil && len(lse) != s.LSELen()) {
-		return fmt.Errorf("%w: Attend wants len(q) = len(out) = B·H·D = %d and len(lse) = B·H = %d, got %d, %d, %d",
-			attn.ErrShape, s.QLen(), s.LSELen(), len(q), len(out), len(lse))
-	}
-	if o.KVLen != nil {
-		return fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
-	}
-	o = c.options(o)
-	if err := o.Check(s); err != nil {
 		return err
 	}
 	if lse == nil {
@@ -148,6 +137,24 @@ func (c *Cache) h2oAttend(ctx context.Context, h int, q []float32, o attn.Option
 		}
 	}
 	return nil
+}
+
+// checkOne validates the arguments of a one-query-a-head call (Attend,
+// AttendRanges) against m keys and returns its shape and options.
+func (c *Cache) checkOne(what string, h, m int, q []float32, o attn.Options, out, lse []float32) (attn.Shape, attn.Options, error) {
+	s, err := c.shape(h, 1, m)
+	if err != nil {
+		return s, o, err
+	}
+	if len(q) != s.QLen() || len(out) != s.QLen() || (lse != nil && len(lse) != s.LSELen()) {
+		return s, o, fmt.Errorf("%w: %s wants len(q) = len(out) = B·H·D = %d and len(lse) = B·H = %d, got %d, %d, %d",
+			attn.ErrShape, what, s.QLen(), s.LSELen(), len(q), len(out), len(lse))
+	}
+	if o.KVLen != nil {
+		return s, o, fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
+	}
+	o = c.options(o)
+	return s, o, o.Check(s)
 }
 
 // shape is the attention shape of nq queries from h heads against m keys.

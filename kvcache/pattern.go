@@ -210,19 +210,8 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 	if c.ev != nil {
 		return errEvicting("AttendRanges")
 	}
-	s, err := c.shape(h, 1, max(c.Held(), 1))
+	s, o, err := c.checkOne("AttendRanges", h, max(c.Held(), 1), q, o, out, lse)
 	if err != nil {
-		return err
-	}
-	if len(q) != s.QLen() || len(out) != s.QLen() || (lse != nil && len(lse) != s.LSELen()) {
-		return fmt.Errorf("%w: AttendRanges wants len(q) = len(out) = B·H·D = %d and len(lse) = B·H = %d, got %d, %d, %d",
-			attn.ErrShape, s.QLen(), s.LSELen(), len(q), len(out), len(lse))
-	}
-	if o.KVLen != nil {
-		return fmt.Errorf("%w: kvcache: key lengths per batch row", attn.ErrUnsupported)
-	}
-	o = c.options(o)
-	if err := o.Check(s); err != nil {
 		return err
 	}
 	prev := 0
