@@ -264,8 +264,20 @@ type Planted struct {
 	// QuestionAt is the index of the question's first token.
 	QuestionAt int
 	Facts      []Fact
-	// Asked indexes the fact the question asks for.
+	// Asked indexes the fact the last question asks for.
 	Asked int
+	// Questions lists every question asked at the end, in order; the
+	// last is the one QuestionAt, AnswerAt and Asked describe.
+	Questions []Question
+}
+
+// Question is one question of a planted window and its answer.
+type Question struct {
+	// Fact indexes the fact asked for.
+	Fact int
+	// At and AnswerAt index the question's and the answer's first tokens;
+	// the answer ends where the next question starts (or at the end).
+	At, AnswerAt int
 }
 
 // MaxFacts bounds the facts Plant plants in one window, far below the
@@ -283,6 +295,17 @@ const MaxFacts = 64
 // Everything is drawn from rng, so the same rng state and window give the
 // same result.
 func (b *Builder) Plant(rng *rand.Rand, window []int, k int) (Planted, error) {
+	return b.PlantAsking(rng, window, k, 1)
+}
+
+// PlantAsking is Plant with up to asks questions at the end instead of
+// one, each about a different planted fact (as many as were planted when
+// fewer), in random order, each followed by its answer: more of the
+// window trains retrieval, as in multi-query associative recall.
+func (b *Builder) PlantAsking(rng *rand.Rand, window []int, k, asks int) (Planted, error) {
+	if asks < 1 || asks > MaxFacts {
+		return Planted{}, fmt.Errorf("%w: %d questions, want 1 to %d", attn.ErrInput, asks, MaxFacts)
+	}
 	if k < 1 {
 		return Planted{}, fmt.Errorf("%w: %d facts, want >= 1", attn.ErrInput, k)
 	}
@@ -291,7 +314,7 @@ func (b *Builder) Plant(rng *rand.Rand, window []int, k int) (Planted, error) {
 	}
 	nf := 1 + rng.IntN(k)
 	for range maxDraws {
-		p, err := b.plant(rng, window, nf)
+		p, err := b.plant(rng, window, nf, min(asks, nf))
 		if errors.Is(err, ErrCollision) {
 			continue
 		}
@@ -300,7 +323,8 @@ func (b *Builder) Plant(rng *rand.Rand, window []int, k int) (Planted, error) {
 	return Planted{}, fmt.Errorf("%w: %d draws of keys and values", ErrCollision, maxDraws)
 }
 
-func (b *Builder) plant(rng *rand.Rand, window []int, nf int) (Planted, error) {
+func (b *Builder) plant(rng *rand.Rand, window []int, nf, asks int) (Planted, error) {
+	// The last question's fact is drawn first, as when one was asked.
 	p := Planted{Facts: make([]Fact, nf), Asked: rng.IntN(nf)}
 	needles := make([][]int, nf)
 	used := 0
@@ -313,10 +337,24 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf int) (Planted, error) {
 		needles[i] = b.Encode(Fill(b.tmpl.Needle, f.Key, f.Value))
 		used += len(needles[i])
 	}
-	asked := p.Facts[p.Asked]
-	question := b.Encode(Fill(b.tmpl.Question, asked.Key, asked.Value))
-	answer := b.Encode(Fill(b.tmpl.Answer, asked.Key, asked.Value))
-	used += len(question) + len(answer)
+	askedFacts := []int{p.Asked}
+	if asks > 1 {
+		others := make([]int, 0, nf-1)
+		for _, i := range rng.Perm(nf) {
+			if i != p.Asked {
+				others = append(others, i)
+			}
+		}
+		askedFacts = append(others[:asks-1], p.Asked)
+	}
+	questions := make([][]int, asks)
+	answers := make([][]int, asks)
+	for i, fi := range askedFacts {
+		f := p.Facts[fi]
+		questions[i] = b.Encode(Fill(b.tmpl.Question, f.Key, f.Value))
+		answers[i] = b.Encode(Fill(b.tmpl.Answer, f.Key, f.Value))
+		used += len(questions[i]) + len(answers[i])
+	}
 	m := len(window) - used
 	if m < 1 {
 		return Planted{}, fmt.Errorf("%w: a window of %d tokens has no room for %d facts, the question and the answer (%d tokens)",
@@ -348,9 +386,14 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf int) (Planted, error) {
 		p.Tokens = append(p.Tokens, needles[i]...)
 	}
 	p.Tokens = append(p.Tokens, hay[last:]...)
-	p.QuestionAt = len(p.Tokens)
-	p.Tokens = append(p.Tokens, question...)
-	p.AnswerAt = len(p.Tokens)
-	p.Tokens = append(p.Tokens, answer...)
+	for i, fi := range askedFacts {
+		q := Question{Fact: fi, At: len(p.Tokens)}
+		p.Tokens = append(p.Tokens, questions[i]...)
+		q.AnswerAt = len(p.Tokens)
+		p.Tokens = append(p.Tokens, answers[i]...)
+		p.Questions = append(p.Questions, q)
+	}
+	final := p.Questions[asks-1]
+	p.QuestionAt, p.AnswerAt = final.At, final.AnswerAt
 	return p, nil
 }

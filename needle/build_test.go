@@ -503,3 +503,57 @@ func TestPlant(t *testing.T) {
 		}
 	}
 }
+
+func TestPlantAsking(t *testing.T) {
+	tok := testTokenizer(t)
+	b := newBuilder(t, tok)
+	hay := Haystack(b, hayText(17, 3000), 0)
+	tm := b.Templates()
+	for trial := range 8 {
+		win := append([]int{1}, hay[trial*40:trial*40+400]...)
+		seed := uint64(100 + trial)
+		p, err := b.PlantAsking(rand.New(rand.NewPCG(seed, 7)), win, 4, 3)
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if len(p.Tokens) != len(win) {
+			t.Fatalf("%d tokens, want %d", len(p.Tokens), len(win))
+		}
+		if want := min(3, len(p.Facts)); len(p.Questions) != want {
+			t.Fatalf("%d questions about %d facts, want %d", len(p.Questions), len(p.Facts), want)
+		}
+		seen := map[int]bool{}
+		for i, q := range p.Questions {
+			if seen[q.Fact] {
+				t.Fatalf("fact %d asked twice", q.Fact)
+			}
+			seen[q.Fact] = true
+			f := p.Facts[q.Fact]
+			question := b.Encode(Fill(tm.Question, f.Key, f.Value))
+			answer := b.Encode(Fill(tm.Answer, f.Key, f.Value))
+			end := len(p.Tokens)
+			if i+1 < len(p.Questions) {
+				end = p.Questions[i+1].At
+			}
+			if !slices.Equal(p.Tokens[q.At:q.AnswerAt], question) || !slices.Equal(p.Tokens[q.AnswerAt:end], answer) {
+				t.Fatalf("question %d is not the question about fact %d and its answer", i, q.Fact)
+			}
+		}
+		last := p.Questions[len(p.Questions)-1]
+		if p.QuestionAt != last.At || p.AnswerAt != last.AnswerAt || p.Asked != last.Fact {
+			t.Fatal("QuestionAt, AnswerAt and Asked do not describe the last question")
+		}
+		if p.Questions[0].At <= p.Facts[0].At {
+			t.Fatal("a question before the facts")
+		}
+		// One question: the same window as Plant's.
+		one, err := b.PlantAsking(rand.New(rand.NewPCG(seed, 7)), win, 4, 1)
+		plain, err2 := b.Plant(rand.New(rand.NewPCG(seed, 7)), win, 4)
+		if err != nil || err2 != nil || !slices.Equal(one.Tokens, plain.Tokens) {
+			t.Fatal("PlantAsking with one question differs from Plant")
+		}
+	}
+	if _, err := b.PlantAsking(rand.New(rand.NewPCG(1, 1)), hay[:500], 2, 0); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("0 questions: %v, want ErrInput", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
+	copyShare := fs.Float64("copy", 0, "share `P` of training windows that end with a copy of a stretch of themselves, weighted as answers (it teaches in-context copying)")
+	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
@@ -112,6 +115,10 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-retrieval %v: want a share in [0, 1]", *retrieval)
 	case *facts < 1 || *facts > needle.MaxFacts:
 		return fmt.Errorf("-facts %d: want 1 to %d", *facts, needle.MaxFacts)
+	case !(*copyShare >= 0 && *retrieval+*copyShare <= 1):
+		return fmt.Errorf("-copy %v: want a share in [0, 1] with -retrieval + -copy <= 1", *copyShare)
+	case *asks < 1 || *asks > needle.MaxFacts:
+		return fmt.Errorf("-asks %d: want 1 to %d", *asks, needle.MaxFacts)
 	case !(*answerWeight >= 1 && *answerWeight <= 1000):
 		return fmt.Errorf("-answer-weight %v: want 1 to 1000", *answerWeight)
 	case *ropeBase < 0 || math.IsInf(*ropeBase, 0) || (*ropeBase > 0 && *ropeBase <= 1):
@@ -119,10 +126,16 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *valNeedle < 0 || *valNeedle > 1000:
 		return fmt.Errorf("-val-needle %d: want 0 to 1000", *valNeedle)
 	}
-	if *retrieval > 0 {
+	if *retrieval > 0 || *copyShare > 0 {
 		tc.Tasks = fmt.Sprintf("retrieval=%g,facts=%d", *retrieval, *facts)
 		if *answerWeight != 1 {
 			tc.Tasks += fmt.Sprintf(",weight=%g", *answerWeight)
+		}
+		if *asks != 1 {
+			tc.Tasks += fmt.Sprintf(",asks=%d", *asks)
+		}
+		if *copyShare > 0 {
+			tc.Tasks += fmt.Sprintf(",copy=%g", *copyShare)
 		}
 	}
 	corpus := make([]string, len(paths))
@@ -220,7 +233,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "tokens %d (%.3f per character)\n", len(tokens), float64(len(tokens))/float64(chars))
 	fmt.Fprintf(stdout, "model  %d parameters: dim %d, hidden %d, %d layers, %d/%d heads, vocab %d, context %d, attention %s\n",
 		tr.Weights().Params(), c.Dim, c.Hidden, c.Layers, c.Heads, c.WithDefaults().KVHeads, c.Vocab, tc.Context, tc.Attention)
-	fmt.Fprintf(stdout, "train  %d steps of %d×%d tokens (%.2f epochs), lr %g→%g, warm-up %d, wd %g, clip %g\n",
+	fmt.Fprintf(stdout, "train  %d steps of %d×%d tokens (%.2f epochs), lr %.3g→%.3g, warm-up %d, wd %g, clip %g\n",
 		tc.Steps, tc.Batch, tc.Context, float64(tc.Steps*tc.Batch*tc.Context)/float64(len(tokens)),
 		tc.LR, tc.MinLR, tc.Warmup, tc.WeightDecay, tc.Clip)
 
@@ -262,7 +275,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if mix != nil {
-		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, one asked for at the end (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.weight)
+		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, up to %d of them asked for at the end, %.0f%% end with a copy (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.asks, 100*mix.copy, mix.weight)
 	}
 	needleScore := func() (string, error) {
 		if *valNeedle == 0 || *val == "" {
@@ -282,7 +295,19 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			right += r.Correct
 			all += r.Trials
 		}
-		return fmt.Sprintf("  needle %d/%d", right, all), nil
+		// The share of the value's characters answered right, in place,
+		// shows a copy being learnt before whole answers come out right.
+		chars, of := 0, 0
+		for _, c := range res.Cases {
+			got := strings.TrimSpace(c.Got)
+			for i := range len(c.Value) {
+				if i < len(got) && got[i] == c.Value[i] {
+					chars++
+				}
+			}
+			of += len(c.Value)
+		}
+		return fmt.Sprintf("  needle %d/%d (%.0f%% of characters)", right, all, 100*float64(chars)/float64(max(of, 1))), nil
 	}
 
 	bar := newTrainBar(stderr, tc.Steps, tr.Steps())
@@ -438,6 +463,8 @@ type taskMix struct {
 	seed   uint64
 	share  float64
 	facts  int
+	asks   int     // questions at the end of a planted window
+	copy   float64 // share of windows ending with a copy of a stretch of themselves
 	weight float32 // of the answer's tokens in the loss
 	batch  int
 }
@@ -447,7 +474,7 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 	if tc.Tasks == "" {
 		return nil, nil
 	}
-	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1, weight: 1}
+	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1, asks: 1, weight: 1}
 	for item := range strings.SplitSeq(tc.Tasks, ",") {
 		k, v, _ := strings.Cut(item, "=")
 		var err error
@@ -456,6 +483,10 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			m.share, err = strconv.ParseFloat(v, 64)
 		case "facts":
 			m.facts, err = strconv.Atoi(v)
+		case "asks":
+			m.asks, err = strconv.Atoi(v)
+		case "copy":
+			m.copy, err = strconv.ParseFloat(v, 64)
 		case "weight":
 			var w float64
 			w, err = strconv.ParseFloat(v, 32)
@@ -467,8 +498,11 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
 	}
-	if !(m.share > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts || !(m.weight >= 1 && m.weight <= 1000) {
-		return nil, fmt.Errorf("training tasks %q: want retrieval in (0, 1], facts in [1, %d] and weight in [1, 1000]", tc.Tasks, needle.MaxFacts)
+	if !(m.copy >= 0 && m.share+m.copy <= 1) {
+		return nil, fmt.Errorf("training tasks %q: want copy >= 0 and retrieval + copy <= 1", tc.Tasks)
+	}
+	if !(m.share >= 0 && m.share+m.copy > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts || m.asks < 1 || m.asks > needle.MaxFacts || !(m.weight >= 1 && m.weight <= 1000) {
+		return nil, fmt.Errorf("training tasks %q: want retrieval in [0, 1] (or a copy share), facts and asks in [1, %d] and weight in [1, 1000]", tc.Tasks, needle.MaxFacts)
 	}
 	b, err := needle.NewBuilder(tok, needle.DefaultTemplates())
 	if err != nil {
@@ -476,6 +510,20 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 	}
 	m.b = b
 	return m, nil
+}
+
+// copyStretch returns window w with its last c tokens (c from an eighth
+// to a quarter of it) replaced by a copy of c tokens from earlier in it,
+// and the index of the copy's first token: the copy task that makes
+// induction heads, the in-context copying that retrieval needs.
+func copyStretch(rng *rand.Rand, w []int) ([]int, int) {
+	n := len(w)
+	c := n/8 + rng.IntN(n/8+1)
+	at := n - c
+	from := 1 + rng.IntN(max(at-c, 1))
+	out := slices.Clone(w)
+	copy(out[at:], w[from:from+c])
+	return out, at
 }
 
 // apply returns step i's batch with facts planted in its share of the
@@ -496,19 +544,37 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 				weights[j][k] = 1
 			}
 		}
-		if rng.Float64() >= m.share {
+		u := rng.Float64()
+		if u >= m.share && u < m.share+m.copy {
+			var at int
+			out[j], at = copyStretch(rng, w)
+			if weights != nil {
+				// The copy's first token cannot be foreseen; the rest can.
+				for k := at; k < len(weights[j]); k++ {
+					weights[j][k] = m.weight
+				}
+			}
 			continue
 		}
-		p, err := m.b.Plant(rng, w, m.facts)
+		if u >= m.share {
+			continue
+		}
+		p, err := m.b.PlantAsking(rng, w, m.facts, m.asks)
 		if err != nil {
 			return nil, nil, fmt.Errorf("planting facts in window %d of step %d: %w", j, i, err)
 		}
 		out[j] = p.Tokens
 		if weights != nil {
-			// Prediction k predicts token k+1: the answer's tokens are
-			// predicted from AnswerAt-1 on.
-			for k := max(p.AnswerAt-1, 0); k < len(weights[j]); k++ {
-				weights[j][k] = m.weight
+			// Prediction k predicts token k+1: an answer's tokens are
+			// predicted from its AnswerAt-1 to the next question's At-1.
+			for qi, q := range p.Questions {
+				end := len(weights[j])
+				if qi+1 < len(p.Questions) {
+					end = p.Questions[qi+1].At - 1
+				}
+				for k := max(q.AnswerAt-1, 0); k < end; k++ {
+					weights[j][k] = m.weight
+				}
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/austen"
 )
 
 // trainText writes a small gzip'd corpus of random sentences from a
@@ -141,5 +142,89 @@ func TestTrainCommandErrors(t *testing.T) {
 		if code := run(context.Background(), args, &stdout, &stderr); code == 0 {
 			t.Errorf("attn %v succeeded", args)
 		}
+	}
+}
+
+// TestTaskMix checks the planted and copied windows of a training mix:
+// lengths kept, answers and copies weighted and nothing else, copies equal
+// to an earlier stretch, and the same batch for the same step.
+func TestTaskMix(t *testing.T) {
+	_, tok, err := austen.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := austen.HeldOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(hold[:40000], false)
+	const L, weight = 400, 4
+	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.5,facts=3,asks=2,copy=0.3,weight=4", Seed: 3, Batch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([][]int, 16)
+	for j := range batch {
+		batch[j] = ids[j*L : (j+1)*L+1]
+	}
+	out, weights, err := m.apply(batch, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for j, w := range out {
+		if len(w) != L+1 || len(weights[j]) != L {
+			t.Fatalf("window %d: %d tokens and %d weights, want %d and %d", j, len(w), len(weights[j]), L+1, L)
+		}
+		first := slices.Index(weights[j], weight)
+		for _, x := range weights[j] {
+			if x != 1 && x != weight {
+				t.Fatalf("window %d: weight %v", j, x)
+			}
+		}
+		switch {
+		case first < 0:
+			kinds["plain"]++
+			if !slices.Equal(w, batch[j]) {
+				t.Fatalf("window %d: unweighted but changed", j)
+			}
+		case !strings.Contains(tok.Decode(w), "magic number"):
+			kinds["copy"]++
+			c := len(w) - first
+			if !slices.Equal(w[:first], batch[j][:first]) || slices.Contains(weights[j][first:], 1) {
+				t.Fatalf("window %d: a copy that changes its start or is weighted in part", j)
+			}
+			found := false
+			for from := 1; from+c <= first; from++ {
+				if slices.Equal(w[from:from+c], w[first:]) {
+					found = true
+					break
+				}
+			}
+			if !found {
+				t.Fatalf("window %d: its weighted end is not a copy of an earlier stretch", j)
+			}
+		default:
+			kinds["planted"]++
+			if !strings.Contains(tok.Decode(w[first+1:]), "What is the special magic number") && weights[j][L-1] != weight {
+				t.Fatalf("window %d: planted window without its last answer weighted", j)
+			}
+		}
+	}
+	again, weights2, err := m.apply(batch, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range again {
+		if !slices.Equal(again[j], out[j]) || !slices.Equal(weights2[j], weights[j]) {
+			t.Fatal("same step, another batch")
+		}
+	}
+	t.Logf("windows: %v", kinds)
+	if kinds["plain"] == 0 || kinds["copy"] == 0 || kinds["planted"] == 0 {
+		t.Errorf("16 windows of three kinds: %v", kinds)
+	}
+	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.8,copy=0.3"}); err == nil {
+		t.Error("retrieval + copy > 1 accepted")
 	}
 }
