@@ -187,6 +187,26 @@ func (m *Model) forward(ctx context.Context, tokens []int, from int, logits []fl
 	if want := (n - from) * m.cfg.Vocab; len(logits) != want {
 		return errShape("logits", len(logits), want)
 	}
+	h, err := m.forwardHidden(ctx, tokens, from, obs, attnTime)
+	if err != nil {
+		return err
+	}
+	return m.logitsOf(ctx, logits, h)
+}
+
+// forwardHidden is forward that returns the final hidden states of
+// positions from… ([len(tokens)-from][Dim], normalised) instead of their
+// logits, so that a caller can take the logits a few rows at a time: a
+// window's logits over a large vocabulary take far more memory than its
+// hidden states.
+func (m *Model) forwardHidden(ctx context.Context, tokens []int, from int, obs Observer, attnTime *time.Duration) ([]float32, error) {
+	n := len(tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("%w: no tokens", attn.ErrInput)
+	}
+	if from < 0 || from > n {
+		return nil, fmt.Errorf("%w: from = %d outside [0, %d]", attn.ErrInput, from, n)
+	}
 	opts := attn.Options{Causal: true, Workers: m.workers}
 	att := func(ctx context.Context, l int, s attn.Shape, q, k, v, out []float32) error {
 		t0 := time.Now()
@@ -202,7 +222,21 @@ func (m *Model) forward(ctx context.Context, tokens []int, from int, logits []fl
 		}
 		return nil
 	}
-	return m.pass(ctx, tokens, 0, att, from, logits)
+	return m.passHidden(ctx, tokens, 0, att, from)
+}
+
+// logitsOf writes the logits of hidden states h ([rows][Dim], from
+// forwardHidden) into logits, [rows][Vocab].
+func (m *Model) logitsOf(ctx context.Context, logits, h []float32) error {
+	rows := len(h) / m.cfg.Dim
+	if len(logits) != rows*m.cfg.Vocab {
+		return errShape("logits", len(logits), rows*m.cfg.Vocab)
+	}
+	if rows == 0 {
+		return ctx.Err()
+	}
+	var sc scratch
+	return linear(ctx, &sc, m.workers, logits, h, m.w.output(), rows, m.cfg.Vocab, m.cfg.Dim)
 }
 
 // attendFunc computes one layer's attention for the n positions of a
@@ -213,11 +247,24 @@ type attendFunc func(ctx context.Context, l int, s attn.Shape, q, k, v, out []fl
 // layer's attention, and writes the logits of positions from… (relative to
 // the pass) into logits (nil: none).
 func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc, from int, logits []float32) error {
+	if logits == nil {
+		from = len(tokens)
+	}
+	h, err := m.passHidden(ctx, tokens, pos0, att, from)
+	if err != nil || logits == nil {
+		return err
+	}
+	return m.logitsOf(ctx, logits, h)
+}
+
+// passHidden is pass that returns the final normalised hidden states of
+// positions from… ([n-from][Dim]) instead of their logits.
+func (m *Model) passHidden(ctx context.Context, tokens []int, pos0 int, att attendFunc, from int) ([]float32, error) {
 	c := m.cfg
 	n := len(tokens)
 	for i, t := range tokens {
 		if t < 0 || t >= c.Vocab {
-			return fmt.Errorf("%w: token %d at %d outside the vocabulary [0, %d)", attn.ErrInput, t, i, c.Vocab)
+			return nil, fmt.Errorf("%w: token %d at %d outside the vocabulary [0, %d)", attn.ErrInput, t, i, c.Vocab)
 		}
 	}
 	hd, kvd := c.HeadDim(), c.KVDim()
@@ -248,7 +295,7 @@ func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc
 			out    int
 		}{{q, L.Wq, c.Dim}, {k, L.Wk, kvd}, {v, L.Wv, kvd}} {
 			if err := linearT(ctx, &sc, w, p.dst, xn, p.w, n, ld, p.out, c.Dim); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if c.QKVBias {
@@ -262,34 +309,34 @@ func (m *Model) pass(ctx context.Context, tokens []int, pos0 int, att attendFunc
 		headsFromT(kh, k, n, ld, c.KVHeads, hd)
 		headsFromT(vh, v, n, ld, c.KVHeads, hd)
 		if err := att(ctx, l, s, qh, kh, vh, oh); err != nil {
-			return err
+			return nil, err
 		}
 		headsToT(o, oh, n, ld, c.Heads, hd)
 		if err := linearT(ctx, &sc, w, xn, o, L.Wo, n, ld, c.Dim, c.Dim); err != nil {
-			return err
+			return nil, err
 		}
 		addTo(x, xn)
 		rmsNormT(xn, x, L.MLPNorm, ld, c.NormEps, ss)
 		if err := linearT(ctx, &sc, w, g, xn, L.W1, n, ld, c.Hidden, c.Dim); err != nil {
-			return err
+			return nil, err
 		}
 		if err := linearT(ctx, &sc, w, u, xn, L.W3, n, ld, c.Hidden, c.Dim); err != nil {
-			return err
+			return nil, err
 		}
 		swiGLU(g, u)
 		if err := linearT(ctx, &sc, w, xn, g, L.W2, n, ld, c.Dim, c.Hidden); err != nil {
-			return err
+			return nil, err
 		}
 		addTo(x, xn)
 	}
-	if logits == nil || from == n {
-		return ctx.Err()
+	if from == n {
+		return nil, ctx.Err()
 	}
 	rows := n - from
 	rmsNormT(xn, x, m.w.Norm, ld, c.NormEps, ss)
 	xr := make([]float32, rows*c.Dim)
 	transpose(xr, c.Dim, xn[from:], ld, c.Dim, rows)
-	return linear(ctx, &sc, w, logits, xr, m.w.output(), rows, c.Vocab, c.Dim)
+	return xr, ctx.Err()
 }
 
 // errStop is returned by observers that have seen what they wanted; it

@@ -130,35 +130,53 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 		}
 	}
 	begins, ends, firsts := Windows(len(tokens), ctxLen, stride)
-	var logits, refLogits []float32
+	// Logits are taken a chunk of rows at a time from the window's hidden
+	// states: a whole window's would take rows × Vocab floats per model.
+	chunk := max(1, min(ctxLen, perplexityChunkFloats/v))
+	logits := make([]float32, chunk*v)
+	var refLogits []float32
+	if ref != nil {
+		refLogits = make([]float32, chunk*v)
+	}
 	var attnTime time.Duration
 	lp, lq := make([]float64, v), make([]float64, v)
+	d := m.cfg.Dim
 	for w := range begins {
 		b, e, f := begins[w], ends[w], firsts[w]
-		from := f - 1 - b // logits at local position from… predict tokens f…
-		rows := e - b - from
-		logits = grow(logits, rows*v)
-		if err := m.forward(ctx, tokens[b:e], from, logits, obs, &attnTime); err != nil {
+		from := f - 1 - b // hidden states at local position from… predict tokens f…
+		h, err := m.forwardHidden(ctx, tokens[b:e], from, obs, &attnTime)
+		if err != nil {
 			return r, err
 		}
+		var refH []float32
 		if ref != nil {
-			refLogits = grow(refLogits, rows*v)
-			if err := ref.Forward(ctx, tokens[b:e], from, refLogits); err != nil {
+			if refH, err = ref.forwardHidden(ctx, tokens[b:e], from, nil, nil); err != nil {
 				return r, err
 			}
 		}
-		for i := range e - f { // the last row predicts past the window
-			target := tokens[f+i]
-			logSoftmax(lq, logits[i*v:][:v])
-			r.NLL -= lq[target]
+		for i0 := 0; i0 < e-f; i0 += chunk { // the last row predicts past the window
+			c := min(chunk, e-f-i0)
+			if err := m.logitsOf(ctx, logits[:c*v], h[i0*d:(i0+c)*d]); err != nil {
+				return r, err
+			}
 			if ref != nil {
-				logSoftmax(lp, refLogits[i*v:][:v])
-				r.RefNLL -= lp[target]
-				var kl float64
-				for j, a := range lp {
-					kl += math.Exp(a) * (a - lq[j])
+				if err := ref.logitsOf(ctx, refLogits[:c*v], refH[i0*d:(i0+c)*d]); err != nil {
+					return r, err
 				}
-				r.KL += max(kl, 0)
+			}
+			for i := range c {
+				target := tokens[f+i0+i]
+				logSoftmax(lq, logits[i*v:][:v])
+				r.NLL -= lq[target]
+				if ref != nil {
+					logSoftmax(lp, refLogits[i*v:][:v])
+					r.RefNLL -= lp[target]
+					var kl float64
+					for j, a := range lp {
+						kl += math.Exp(a) * (a - lq[j])
+					}
+					r.KL += max(kl, 0)
+				}
 			}
 		}
 		r.Tokens += e - f
@@ -178,6 +196,10 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 	}
 	return r, nil
 }
+
+// perplexityChunkFloats bounds the logits Perplexity holds at once, per
+// model: 64 rows of a 128k vocabulary.
+const perplexityChunkFloats = 64 << 17
 
 // logSoftmax sets dst[i] = x[i] − log Σ exp(x), in float64.
 func logSoftmax(dst []float64, x []float32) {
