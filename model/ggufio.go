@@ -87,16 +87,31 @@ func ReadGGUF(r io.ReaderAt, size int64) (*Weights, *tokenizer.Tokenizer, error)
 
 // readModel is ReadGGUF on a parsed file.
 func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
-	arch, err := f.String(keyArch)
+	w, err := readWeights(f)
 	if err != nil {
 		return nil, nil, err
 	}
+	tok, err := ggufTokenizer(f, w.Config.Vocab)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, tok, nil
+}
+
+// readWeights reads the weights of a parsed file and not its tokenizer,
+// so that a model whose tokenizer this package cannot read still loads
+// with another one (Open's tokPath).
+func readWeights(f *gguf.File) (*Weights, error) {
+	arch, err := f.String(keyArch)
+	if err != nil {
+		return nil, err
+	}
 	if !slices.Contains(Archs, arch) {
-		return nil, nil, fmt.Errorf("%w: architecture %q (this package runs %s)", attn.ErrUnsupported, clipName(arch), strings.Join(Archs, ", "))
+		return nil, fmt.Errorf("%w: architecture %q (this package runs %s)", attn.ErrUnsupported, clipName(arch), strings.Join(Archs, ", "))
 	}
 	cfg, err := ggufConfig(f, arch)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	w := &Weights{Config: cfg, Layers: make([]Layer, cfg.Layers)}
 	ts := w.Tensors()
@@ -109,16 +124,16 @@ func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 	}
 	for _, t := range f.Tensors {
 		if !want[t.Name] && !strings.HasPrefix(t.Name, trainPrefix) {
-			return nil, nil, fmt.Errorf("%w: tensor %s is not part of a %s model%s", ErrFormat, t.Name, arch, extraHint(t.Name, cfg))
+			return nil, fmt.Errorf("%w: tensor %s is not part of a %s model%s", ErrFormat, t.Name, arch, extraHint(t.Name, cfg))
 		}
 	}
 	for _, t := range ts {
 		info, ok := f.Tensor(t.Name)
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: no tensor %s (a %s model of %d layers has %d tensors)", ErrFormat, t.Name, arch, cfg.Layers, len(ts))
+			return nil, fmt.Errorf("%w: no tensor %s (a %s model of %d layers has %d tensors)", ErrFormat, t.Name, arch, cfg.Layers, len(ts))
 		}
 		if !slices.Equal(info.Dims, ggufDims(t.Shape)) {
-			return nil, nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape))
+			return nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape))
 		}
 	}
 	// Dequantising is most of a load: the tensors are decoded on all CPUs,
@@ -131,17 +146,13 @@ func readModel(f *gguf.File) (*Weights, *tokenizer.Tokenizer, error) {
 	})
 	for _, err := range errs {
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	if err := w.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	tok, err := ggufTokenizer(f, cfg.Vocab)
-	if err != nil {
-		return nil, nil, err
-	}
-	return w, tok, nil
+	return w, nil
 }
 
 // extraHint says why a tensor a model does not expect may be there.

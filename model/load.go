@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/attnkit/attn/model/gguf"
 	"github.com/attnkit/attn/model/tokenizer"
 )
 
@@ -30,15 +31,23 @@ func Open(path, tokPath string) (*Weights, *tokenizer.Tokenizer, error) {
 	n, _ := f.ReadAt(head, 0)
 	var w *Weights
 	var tok *tokenizer.Tokenizer
-	if isGGUF(head[:n]) {
+	explicit := tokPath != ""
+	switch {
+	case isGGUF(head[:n]) && explicit:
+		// The file's own tokenizer is not read: it may be one this
+		// package does not support, and tokPath replaces it anyway.
+		var g *gguf.File
+		if g, err = gguf.Read(f, st.Size()); err == nil {
+			w, err = readWeights(g)
+		}
+	case isGGUF(head[:n]):
 		w, tok, err = ReadGGUF(f, st.Size())
-	} else {
+	default:
 		w, err = ReadLlama2C(f, st.Size())
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	explicit := tokPath != ""
 	if !explicit && tok == nil {
 		tokPath = filepath.Join(filepath.Dir(path), "tokenizer.bin")
 	}

@@ -323,3 +323,47 @@ func FuzzReadTokenizer(f *testing.F) {
 		tok.Decode(tok.Encode(text, true))
 	})
 }
+
+// TestOpenOwnTokenizerUnsupported: a GGUF whose own tokenizer this package
+// cannot read fails to open by itself, naming the tokenizer, and opens
+// with another tokenizer given, which replaces it.
+func TestOpenOwnTokenizerUnsupported(t *testing.T) {
+	cfg := Config{Dim: 32, Hidden: 48, Layers: 1, Heads: 2, KVHeads: 1, Vocab: 300, SeqLen: 16}
+	w, err := RandomWeights(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := bpeTokenizer(t, 300)
+	var buf bytes.Buffer
+	if err := WriteGGUF(&buf, w, tok, gguf.F32, "own"); err != nil {
+		t.Fatal(err)
+	}
+	// The model's tokenizer type, a GGUF string, becomes one of the same
+	// length that this package does not know.
+	if n := bytes.Count(buf.Bytes(), []byte("gpt2")); n != 1 {
+		t.Fatalf("%d copies of gpt2 in the file", n)
+	}
+	data := bytes.Replace(buf.Bytes(), []byte("gpt2"), []byte("bert"), 1)
+	dir := t.TempDir()
+	path, tokPath := filepath.Join(dir, "own.gguf"), filepath.Join(dir, "tok.gguf")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tb bytes.Buffer
+	if err := gguf.Write(&tb, tokenizerKV(tok), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokPath, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Open(path, ""); !errors.Is(err, attn.ErrUnsupported) || !strings.Contains(err.Error(), "bert") {
+		t.Fatalf("own unsupported tokenizer: %v, want ErrUnsupported naming it", err)
+	}
+	got, gotTok, err := Open(path, tokPath)
+	if err != nil {
+		t.Fatalf("with -tokenizer: %v", err)
+	}
+	if gotTok == nil || got.Config.Vocab != 300 || !slices.Equal(gotTok.Encode("hello world", false), tok.Encode("hello world", false)) {
+		t.Fatal("the given tokenizer does not replace the file's")
+	}
+}
