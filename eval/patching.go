@@ -251,10 +251,10 @@ func (p *Patching) figure() (Figure, error) {
 		if len(xp) == 0 {
 			continue
 		}
-		if err := pal.line(ppl, m.Name, xp); err != nil {
+		if err := pal.Line(ppl, m.Name, xp); err != nil {
 			return Figure{}, err
 		}
-		if err := pal.line(secs, m.Name, xs); err != nil {
+		if err := pal.Line(secs, m.Name, xs); err != nil {
 			return Figure{}, err
 		}
 	}

@@ -9,14 +9,13 @@ import (
 	"strconv"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"github.com/attnkit/attn/registry"
+	"github.com/attnkit/attn/internal/plotstyle"
 )
 
 // Plot sizes and resolution: each panel, and its legend in a column of its
@@ -32,23 +31,10 @@ const (
 	panelW = 4.6 * vg.Inch
 )
 
-// PlotFont is the typeface of every plot, the one the report's page asks
-// for first (Liberation Sans, metric-compatible with Arial), so that the
-// figures read as part of the page.
-var PlotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+// PlotFont is the typeface of every plot (see plotstyle.Font).
+var PlotFont = plotstyle.Font
 
-func sans(size vg.Length) font.Font { return font.From(PlotFont, size) }
-
-// setFonts gives every text of p the plot font.
-func setFonts(p *plot.Plot) {
-	p.Title.TextStyle.Font = sans(13)
-	p.Title.Padding = vg.Points(8)
-	for _, a := range []*plot.Axis{&p.X, &p.Y} {
-		a.Label.TextStyle.Font = sans(11)
-		a.Tick.Label.Font = sans(9.5)
-	}
-	p.Legend.TextStyle.Font = sans(10)
-}
+func setFonts(p *plot.Plot) { plotstyle.SetFonts(p) }
 
 // newPlot returns a plot with a title, axis labels, a grid and the plot
 // font.
@@ -119,76 +105,11 @@ func renderPanels(name string, panels ...*plot.Plot) (Figure, error) {
 	return f, nil
 }
 
-// distinct are colours far apart from each other and from white, in an
-// order where neighbours differ most (after Kelly's and Tableau's sets):
-// every mechanism of a report gets its own.
-var distinct = []color.RGBA{
-	{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {255, 127, 14, 255},
-	{148, 103, 189, 255}, {23, 190, 207, 255}, {140, 86, 75, 255}, {227, 119, 194, 255},
-	{0, 0, 0, 255}, {188, 189, 34, 255}, {0, 83, 138, 255}, {255, 187, 120, 255},
-	{152, 223, 138, 255}, {174, 199, 232, 255}, {197, 176, 213, 255}, {127, 127, 127, 255},
-	{255, 152, 150, 255}, {158, 218, 229, 255}, {219, 219, 141, 255}, {196, 156, 148, 255},
-}
+// palette gives each name its own colour and glyph (plotstyle.Palette).
+type palette = plotstyle.Palette
 
-var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PlusGlyph{},
-	draw.CrossGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.PyramidGlyph{}}
-
-// palette gives each name its own colour and glyph, the same in every
-// plot of a report; past len(distinct) names the colours come again with
-// dashes. The float64 reference and the registered mechanisms come
-// first, in the registry's order, so that a mechanism has one colour in
-// every report.
-type palette struct{ names []string }
-
-func newPalette(names []string) *palette {
-	p := &palette{names: append([]string{"ref"}, registry.Names()...)}
-	for _, n := range names {
-		p.index(n)
-	}
-	return p
-}
-
-// localPalette is a palette of names alone: the lines of one plot that
-// are not mechanisms (the error metrics of a sweep).
-func localPalette(names []string) *palette {
-	p := &palette{}
-	for _, n := range names {
-		p.index(n)
-	}
-	return p
-}
-
-func (p *palette) index(name string) int {
-	i := slices.Index(p.names, name)
-	if i < 0 {
-		p.names = append(p.names, name)
-		i = len(p.names) - 1
-	}
-	return i
-}
-
-func (p *palette) style(name string) (color.Color, draw.GlyphDrawer, []vg.Length) {
-	i := p.index(name)
-	var dashes []vg.Length
-	if i >= len(distinct) {
-		dashes = []vg.Length{vg.Points(5), vg.Points(2)}
-	}
-	return distinct[i%len(distinct)], glyphs[i%len(glyphs)], dashes
-}
-
-// line adds name's line with points to pl and its legend.
-func (p *palette) line(pl *plot.Plot, name string, xys plotter.XYs) error {
-	l, pts, err := plotter.NewLinePoints(xys)
-	if err != nil {
-		return err
-	}
-	c, shape, dashes := p.style(name)
-	l.Color, l.Dashes, l.Width = c, dashes, vg.Points(1.6)
-	pts.Color, pts.Shape, pts.Radius = c, shape, vg.Points(3)
-	pl.Add(l, pts)
-	pl.Legend.Add(name, l, pts)
-	return nil
-}
+func newPalette(names []string) *palette   { return plotstyle.NewPalette(names) }
+func localPalette(names []string) *palette { return plotstyle.LocalPalette(names) }
 
 // hline draws a dashed grey line at y across the x range [x0, x1] of pl,
 // named in its legend: a bound, a peak, a break-even.
@@ -295,7 +216,7 @@ func vsN(g grid, pal *palette, causal bool, title, ylabel string, value func(*Ro
 		if len(xys) == 0 {
 			continue
 		}
-		if err := pal.line(p, s.mech, xys); err != nil {
+		if err := pal.Line(p, s.mech, xys); err != nil {
 			return nil, false, err
 		}
 		ok = true
@@ -525,7 +446,7 @@ func paretoPlot(rows []Row, pal *palette, mode string, causal bool, n int, maxEr
 		if err != nil {
 			return nil, false, err
 		}
-		c, shape, _ := pal.style(names[i])
+		c, shape, _ := pal.Style(names[i])
 		sc.Color, sc.Shape, sc.Radius = c, shape, vg.Points(4.5)
 		p.Add(sc)
 		p.Legend.Add(names[i], sc)
@@ -572,11 +493,11 @@ func accuracyPlot(name string, pts []*AccuracyPoint, maxErr float64) (p *plot.Pl
 	}
 	p.X.Tick.Marker = ticks
 	pal := localPalette([]string{"relative Frobenius", "spectral norm"})
-	if err := pal.line(p, "relative Frobenius", rel); err != nil {
+	if err := pal.Line(p, "relative Frobenius", rel); err != nil {
 		return nil, false, err
 	}
 	if len(spec) > 0 {
-		if err := pal.line(p, "spectral norm", spec); err != nil {
+		if err := pal.Line(p, "spectral norm", spec); err != nil {
 			return nil, false, err
 		}
 	}
@@ -608,7 +529,7 @@ func costPlot(a *Accuracy, maxErr float64) (p *plot.Plot, ok bool, err error) {
 		if len(xys) == 0 {
 			continue
 		}
-		if err := pal.line(p, name, xys); err != nil {
+		if err := pal.Line(p, name, xys); err != nil {
 			return nil, false, err
 		}
 		ok = true

@@ -2,7 +2,6 @@ package eval
 
 import (
 	"bytes"
-	"image/color"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,36 +74,6 @@ func TestSaveReportDir(t *testing.T) {
 	}
 	if !strings.Contains(string(html), `font-family: "Liberation Sans"`) {
 		t.Error("the page does not ask for the plots' typeface")
-	}
-}
-
-// TestPaletteDistinct: the mechanisms of a report never share a colour.
-func TestPaletteDistinct(t *testing.T) {
-	var names []string
-	for i := range len(distinct) {
-		names = append(names, "m"+string(rune('a'+i)))
-	}
-	p := localPalette(names)
-	seen := map[color.RGBA]string{}
-	for _, n := range names {
-		c, _, dashes := p.style(n)
-		rgba := c.(color.RGBA)
-		if other, ok := seen[rgba]; ok {
-			t.Errorf("%s and %s share a colour", n, other)
-		}
-		if dashes != nil {
-			t.Errorf("%s is dashed", n)
-		}
-		seen[rgba] = n
-	}
-	// Every registered mechanism and ref have colours of their own, the
-	// same in every report.
-	if n := len(newPalette(nil).names); n > len(distinct) {
-		t.Errorf("%d mechanisms and %d colours", n, len(distinct))
-	}
-	a, b := newPalette([]string{"hyper"}), newPalette([]string{"window", "hyper"})
-	if ca, _, _ := a.style("hyper"); ca != func() color.Color { c, _, _ := b.style("hyper"); return c }() {
-		t.Error("hyper's colour depends on the other mechanisms of the report")
 	}
 }
 

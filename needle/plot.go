@@ -12,13 +12,13 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/plotstyle"
 )
 
 // Plot sizes, as the eval package's: the plot on the left, its legend or
@@ -101,6 +101,7 @@ func heatMap(r *Results, mech string) (hm, bar *plot.Plot, err error) {
 	}
 	lengths, depths := r.grid()
 	hm = plot.New()
+	plotstyle.SetFonts(hm)
 	hm.Title.Text = "needle in a haystack: " + mech
 	hm.X.Label.Text = "context length (tokens)"
 	hm.Y.Label.Text = "needle depth (share of the haystack before it)"
@@ -133,6 +134,7 @@ func heatMap(r *Results, mech string) (hm, bar *plot.Plot, err error) {
 	hm.Y.Min, hm.Y.Max = -0.5, float64(len(depths))-0.5
 
 	bar = plot.New()
+	plotstyle.SetFonts(bar)
 	bar.Title.Text = "accuracy"
 	bar.HideX()
 	const steps = 100
@@ -170,6 +172,7 @@ func AccuracyPlot(r *Results, format string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: no rows to plot", attn.ErrInput)
 	}
 	p := plot.New()
+	plotstyle.SetFonts(p)
 	p.Title.Text = "needle in a haystack: accuracy over every depth"
 	p.X.Label.Text = "context length (tokens, log scale)"
 	p.Y.Label.Text = "accuracy"
@@ -180,7 +183,8 @@ func AccuracyPlot(r *Results, format string) ([]byte, error) {
 	}
 	p.X.Tick.Marker = xt
 	p.Add(plotter.NewGrid())
-	for i, mech := range r.Mechs() {
+	pal := plotstyle.NewPalette(r.Mechs())
+	for _, mech := range r.Mechs() {
 		var xys plotter.XYs
 		for _, n := range lengths {
 			if acc, _, ok := r.overall(mech, n); ok {
@@ -190,20 +194,13 @@ func AccuracyPlot(r *Results, format string) ([]byte, error) {
 		if len(xys) == 0 {
 			continue
 		}
-		l, pts, err := plotter.NewLinePoints(xys)
-		if err != nil {
+		if err := pal.Line(p, mech, xys); err != nil {
 			return nil, err
 		}
-		c := plotutil.Color(i)
-		l.Color, l.Dashes, l.Width = c, plotutil.Dashes(i/7), vg.Points(1.5)
-		pts.Color, pts.Shape = c, plotutil.Shape(i)
-		p.Add(l, pts)
-		p.Legend.Add(mech, l, pts)
 	}
 	p.X.Min, p.X.Max = float64(lengths[0])/1.15, float64(lengths[len(lengths)-1])*1.15
 	p.Y.Min, p.Y.Max = -0.03, 1.03
 	leg := p.Legend
-	leg.TextStyle.Font.Size = vg.Points(10)
 	p.Legend = plot.NewLegend()
 	return render(format, plotW+sideW, plotH, func(dc draw.Canvas) {
 		p.Draw(draw.Crop(dc, 0, -sideW, 0, 0))
