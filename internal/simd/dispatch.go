@@ -53,6 +53,9 @@ type implementation struct {
 	attendPanels  func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)
 	panelFromRows func(dst, src []float32, off []int, d int, scale float32)
 	rowsFromPanel func(dst []float32, off []int, src, f []float32, d int)
+
+	// attendAMX is the AMX tile of AttendAMX, nil but in the amx family.
+	attendAMX func(npp, nfull, nblk, dp int, qb, kb, vb []uint16, st []float32, pb []uint16, lim []int32, m, l, acc []float32, c float32)
 }
 
 var genericImpl = implementation{

@@ -6,9 +6,10 @@ import "golang.org/x/sys/cpu"
 
 // asmImplementations returns the assembly kernel families of
 // simd_amd64.s that the CPU and the OS support: avx2 (AVX2 and FMA), then
-// avx512 (AVX-512 F, BW, VL and DQ, with the zmm state enabled by the OS)
-// and avx512bf16 (AVX512-BF16 too), each the one before with some kernels
-// replaced. WidenF16, DotRowsF16 and GemmF16 also need F16C, which every
+// avx512 (AVX-512 F, BW, VL and DQ, with the zmm state enabled by the OS),
+// avx512bf16 (AVX512-BF16 too) and amx (AMX-TILE and AMX-BF16 too, with
+// the OS's permission to use the tiles: see amxPermission), each the one
+// before with some kernels replaced or added. WidenF16, DotRowsF16 and GemmF16 also need F16C, which every
 // CPU with AVX2 has (Intel since Ivy Bridge, AMD since Piledriver); should
 // one lack it, the Go versions stand in.
 func asmImplementations() []implementation {
@@ -50,7 +51,18 @@ func asmImplementations() []implementation {
 	b.gemmBF16 = gemmBF16AVX512BF16
 	b.dotRowsBF16Native = dotRowsBF16NativeAVX512BF16
 	b.gemmBF16Native = gemmBF16NativeAVX512BF16
-	return append(impls, b)
+	impls = append(impls, b)
+	if !x.HasAMXTile || !x.HasAMXBF16 {
+		return impls
+	}
+	if err := amxPermission(); err != nil {
+		amxNote = "the OS does not let this process use the AMX tiles: " + err.Error()
+		return impls
+	}
+	c := b
+	c.name = "amx"
+	c.attendAMX = attendTilesAMX
+	return append(impls, c)
 }
 
 func avx2Implementation() implementation {

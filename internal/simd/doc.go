@@ -8,18 +8,24 @@
 // DotRowsBF16PF, DotRowsF16PF and GemmPF with a prefetch hint; for an
 // int8 cache DotRowsI8, DotRowsI8PF, GemmI8, WidenI8 and ScaleColumns),
 // those of the fused attention tile (GemmPanels, OnlineSoftmax,
-// AttendPanels, PanelFromRows, RowsFromPanel), and two probes of the
-// machine (MeasurePeakGFlops, MeasureReadGBps) that reports divide by.
+// AttendPanels, PanelFromRows, RowsFromPanel), the bfloat16 attention
+// tile on Intel's AMX (AttendAMX, with PackQAMX, PackKAMX and PackVAMX),
+// and two probes of the machine (MeasurePeakGFlops, MeasureReadGBps) that
+// reports divide by.
 //
 // Each kernel has a plain Go version (generic.go) and assembly versions
 // generated with avo (the generator is in _asm, a module of its own),
 // grouped in families, each a complete set of kernels: "generic" (Go),
-// "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, BW, VL and DQ) and
-// "avx512bf16" (AVX512-BF16 too). A family keeps the kernels of the one
-// before it that it does not replace. At start-up the most capable family
+// "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, BW, VL and DQ),
+// "avx512bf16" (AVX512-BF16 too) and "amx" (AMX-TILE and AMX-BF16 too, on
+// Linux, which must grant the process the tile state: the package asks
+// once at start-up, and without it there is no amx family and
+// KernelsNote says why). A family keeps the kernels of the one before it
+// that it does not replace, and may add some: AttendAMX exists in the amx
+// family only (HasAMX). At start-up the most capable family
 // the CPU and the OS support (golang.org/x/sys/cpu) is put in use; the
 // environment variable ATTN_KERNELS names a less capable one instead
-// ("generic", also "go" or "purego", "avx2", "avx512"), so that every
+// ("generic", also "go" or "purego", "avx2", "avx512", "avx512bf16"), so that every
 // path can run on a machine that has the most capable, and the purego
 // build tag leaves only the Go kernels. Kernels names the family in use,
 // Families those this machine can run, KernelsNote why ATTN_KERNELS was
@@ -60,6 +66,26 @@
 // parts of 512 values, and the probabilities of a block of 6 rows, 256
 // keys at a time. The Go assembler lacks both instructions: the generator
 // emits their EVEX encodings as BYTEs.
+//
+// The amx family adds AttendAMX, a whole query tile of exact attention
+// (up to 64 rows: the query heads of a group times positions) against
+// all its key blocks in one call, since the state of the tiles belongs
+// to the thread and a goroutine may change threads between calls: each
+// call loads the tile configuration (tmm0 … tmm7 of 16 rows × 64 bytes)
+// and releases the tiles before it returns. For each block of 128 keys,
+// Sᵀ = K·Qᵀ is 16-key × 16-query tiles, 32 columns a TDPBF16PS (the keys
+// read as packed rows, the queries packed as pairs of columns), stored
+// to an L1 buffer; the softmax runs on it in zmm registers, a panel of 16
+// queries a register as in AttendPanels, with the probabilities stored
+// as pairs of keys in bfloat16 (VCVTNE2PS2BF16, then VPERMW to
+// interleave); and Oᵀ += Vᵀ·Pᵀ on the accumulator's tiles, loaded and
+// stored once a block, four TDPBF16PS a load. Every tile step keeps four
+// accumulator tiles and loads four operands: two of one side, two of the
+// other. The running maximum is raised only where a block's maximum
+// exceeds it by more than AMXThreshold (FlashAttention-4's conditional
+// rescaling), so the accumulator is rescaled a few times a row instead
+// of at every block. The Go assembler lacks the AMX instructions too: the
+// generator emits their VEX encodings as BYTEs (checked against GNU as).
 //
 // Gemm works on a 6-row × 16-column block of C held in 12 ymm
 // accumulators: each step of k loads 16 values of B, broadcasts 6 of A

@@ -11,7 +11,7 @@ import (
 // The kernel families, least capable first. A family is one complete set
 // of kernels; the more capable ones replace some kernels of the family
 // before them and keep the others (see the package documentation).
-var familyNames = []string{"generic", "avx2", "avx512", "avx512bf16"}
+var familyNames = []string{"generic", "avx2", "avx512", "avx512bf16", "amx"}
 
 // familyNeeds says what a family needs of the CPU, for KernelsNote.
 var familyNeeds = map[string]string{
@@ -19,10 +19,18 @@ var familyNeeds = map[string]string{
 	"avx2":       "amd64 assembly with AVX2 and FMA",
 	"avx512":     "amd64 assembly with AVX-512 F, BW, VL and DQ",
 	"avx512bf16": "amd64 assembly with AVX-512 F, BW, VL, DQ and BF16",
+	"amx":        "amd64 assembly with AVX-512 F, BW, VL, DQ and BF16, AMX-TILE and AMX-BF16, on Linux",
 }
 
-// Kernels names the family of kernels in use: "avx512bf16" (AVX-512 with
-// the bfloat16 dot products of AVX512-BF16 for 16-bit KV caches),
+// amxNote, when not empty, says why a CPU with AMX-TILE and AMX-BF16 does
+// not get the amx family (the OS refused the tile state); set once by
+// asmImplementations.
+var amxNote string
+
+// Kernels names the family of kernels in use: "amx" (avx512bf16 and the
+// AMX tiles of Intel CPUs for bfloat16 attention, see AttendAMX),
+// "avx512bf16" (AVX-512 with the bfloat16 dot products of AVX512-BF16 for
+// 16-bit KV caches),
 // "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA) or
 // "generic" (plain Go, the only family of a purego build or another
 // architecture). By default it is the most capable family the CPU and
@@ -45,8 +53,9 @@ func Families() []string {
 }
 
 // KernelsNote says why the family in use is not the one ATTN_KERNELS
-// asked for: "" when ATTN_KERNELS is unset or empty, or names a family
-// that is in use. ATTN_KERNELS takes a family name ("go" and "purego"
+// asked for: "" when ATTN_KERNELS names a family that is in use, or is
+// unset or empty, but on a CPU with AMX whose OS refused this process
+// the tile state, where it says so. ATTN_KERNELS takes a family name ("go" and "purego"
 // are other names of "generic"), case and surrounding space ignored. A
 // family this CPU cannot run gives the most capable one below it; an
 // unknown name gives the default.
@@ -89,6 +98,9 @@ func canonicalFamily(s string) (string, bool) {
 func chooseKernels(request string) (*implementation, string) {
 	best := &implementations[len(implementations)-1]
 	if strings.TrimSpace(request) == "" {
+		if amxNote != "" {
+			return best, fmt.Sprintf("no amx kernels: %s: using %s", amxNote, best.name)
+		}
 		return best, ""
 	}
 	name, ok := canonicalFamily(request)
@@ -102,7 +114,11 @@ func chooseKernels(request string) (*implementation, string) {
 			if impl.name == name {
 				return impl, ""
 			}
-			return impl, fmt.Sprintf("ATTN_KERNELS=%s needs %s, which this CPU or build lacks: using %s", request, familyNeeds[name], impl.name)
+			why := ""
+			if name == "amx" && amxNote != "" {
+				why = " (" + amxNote + ")"
+			}
+			return impl, fmt.Sprintf("ATTN_KERNELS=%s needs %s, which this CPU or build lacks%s: using %s", request, familyNeeds[name], why, impl.name)
 		}
 	}
 	return &implementations[0], ""

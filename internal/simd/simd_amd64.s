@@ -262,6 +262,100 @@ DATA exp2C5<>+24(SB)/4, $0x3aaddd0c
 DATA exp2C5<>+28(SB)/4, $0x3aaddd0c
 GLOBL exp2C5<>(SB), RODATA|NOPTR, $32
 
+DATA amxTileCfg<>+0(SB)/1, $0x01
+DATA amxTileCfg<>+1(SB)/1, $0x00
+DATA amxTileCfg<>+2(SB)/1, $0x00
+DATA amxTileCfg<>+3(SB)/1, $0x00
+DATA amxTileCfg<>+4(SB)/1, $0x00
+DATA amxTileCfg<>+5(SB)/1, $0x00
+DATA amxTileCfg<>+6(SB)/1, $0x00
+DATA amxTileCfg<>+7(SB)/1, $0x00
+DATA amxTileCfg<>+8(SB)/1, $0x00
+DATA amxTileCfg<>+9(SB)/1, $0x00
+DATA amxTileCfg<>+10(SB)/1, $0x00
+DATA amxTileCfg<>+11(SB)/1, $0x00
+DATA amxTileCfg<>+12(SB)/1, $0x00
+DATA amxTileCfg<>+13(SB)/1, $0x00
+DATA amxTileCfg<>+14(SB)/1, $0x00
+DATA amxTileCfg<>+15(SB)/1, $0x00
+DATA amxTileCfg<>+16(SB)/2, $0x0040
+DATA amxTileCfg<>+18(SB)/2, $0x0040
+DATA amxTileCfg<>+20(SB)/2, $0x0040
+DATA amxTileCfg<>+22(SB)/2, $0x0040
+DATA amxTileCfg<>+24(SB)/2, $0x0040
+DATA amxTileCfg<>+26(SB)/2, $0x0040
+DATA amxTileCfg<>+28(SB)/2, $0x0040
+DATA amxTileCfg<>+30(SB)/2, $0x0040
+DATA amxTileCfg<>+32(SB)/2, $0x0000
+DATA amxTileCfg<>+34(SB)/2, $0x0000
+DATA amxTileCfg<>+36(SB)/2, $0x0000
+DATA amxTileCfg<>+38(SB)/2, $0x0000
+DATA amxTileCfg<>+40(SB)/2, $0x0000
+DATA amxTileCfg<>+42(SB)/2, $0x0000
+DATA amxTileCfg<>+44(SB)/2, $0x0000
+DATA amxTileCfg<>+46(SB)/2, $0x0000
+DATA amxTileCfg<>+48(SB)/1, $0x10
+DATA amxTileCfg<>+49(SB)/1, $0x10
+DATA amxTileCfg<>+50(SB)/1, $0x10
+DATA amxTileCfg<>+51(SB)/1, $0x10
+DATA amxTileCfg<>+52(SB)/1, $0x10
+DATA amxTileCfg<>+53(SB)/1, $0x10
+DATA amxTileCfg<>+54(SB)/1, $0x10
+DATA amxTileCfg<>+55(SB)/1, $0x10
+DATA amxTileCfg<>+56(SB)/1, $0x00
+DATA amxTileCfg<>+57(SB)/1, $0x00
+DATA amxTileCfg<>+58(SB)/1, $0x00
+DATA amxTileCfg<>+59(SB)/1, $0x00
+DATA amxTileCfg<>+60(SB)/1, $0x00
+DATA amxTileCfg<>+61(SB)/1, $0x00
+DATA amxTileCfg<>+62(SB)/1, $0x00
+DATA amxTileCfg<>+63(SB)/1, $0x00
+GLOBL amxTileCfg<>(SB), RODATA|NOPTR, $64
+
+DATA amxPairs<>+0(SB)/2, $0x0000
+DATA amxPairs<>+2(SB)/2, $0x0010
+DATA amxPairs<>+4(SB)/2, $0x0001
+DATA amxPairs<>+6(SB)/2, $0x0011
+DATA amxPairs<>+8(SB)/2, $0x0002
+DATA amxPairs<>+10(SB)/2, $0x0012
+DATA amxPairs<>+12(SB)/2, $0x0003
+DATA amxPairs<>+14(SB)/2, $0x0013
+DATA amxPairs<>+16(SB)/2, $0x0004
+DATA amxPairs<>+18(SB)/2, $0x0014
+DATA amxPairs<>+20(SB)/2, $0x0005
+DATA amxPairs<>+22(SB)/2, $0x0015
+DATA amxPairs<>+24(SB)/2, $0x0006
+DATA amxPairs<>+26(SB)/2, $0x0016
+DATA amxPairs<>+28(SB)/2, $0x0007
+DATA amxPairs<>+30(SB)/2, $0x0017
+DATA amxPairs<>+32(SB)/2, $0x0008
+DATA amxPairs<>+34(SB)/2, $0x0018
+DATA amxPairs<>+36(SB)/2, $0x0009
+DATA amxPairs<>+38(SB)/2, $0x0019
+DATA amxPairs<>+40(SB)/2, $0x000a
+DATA amxPairs<>+42(SB)/2, $0x001a
+DATA amxPairs<>+44(SB)/2, $0x000b
+DATA amxPairs<>+46(SB)/2, $0x001b
+DATA amxPairs<>+48(SB)/2, $0x000c
+DATA amxPairs<>+50(SB)/2, $0x001c
+DATA amxPairs<>+52(SB)/2, $0x000d
+DATA amxPairs<>+54(SB)/2, $0x001d
+DATA amxPairs<>+56(SB)/2, $0x000e
+DATA amxPairs<>+58(SB)/2, $0x001e
+DATA amxPairs<>+60(SB)/2, $0x000f
+DATA amxPairs<>+62(SB)/2, $0x001f
+GLOBL amxPairs<>(SB), RODATA|NOPTR, $64
+
+DATA amxThreshold<>+0(SB)/4, $0x41000000
+DATA amxThreshold<>+4(SB)/4, $0x41000000
+DATA amxThreshold<>+8(SB)/4, $0x41000000
+DATA amxThreshold<>+12(SB)/4, $0x41000000
+DATA amxThreshold<>+16(SB)/4, $0x41000000
+DATA amxThreshold<>+20(SB)/4, $0x41000000
+DATA amxThreshold<>+24(SB)/4, $0x41000000
+DATA amxThreshold<>+28(SB)/4, $0x41000000
+GLOBL amxThreshold<>(SB), RODATA|NOPTR, $32
+
 // func gemmAVX2(m int, n int, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool)
 // Requires: AVX, FMA3
 TEXT ·gemmAVX2(SB), NOSPLIT, $0-121
@@ -73106,6 +73200,504 @@ g1next:
 	ADDQ AX, 24(SP)
 	SUBQ $0x01, 32(SP)
 	JG   group
+
+done:
+	VZEROUPPER
+	RET
+
+// func attendTilesAMX(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)
+// Requires: AMX-BF16, AMX-TILE, AVX, AVX512BF16, AVX512BW, AVX512DQ, AVX512F
+TEXT ·attendTilesAMX(SB), NOSPLIT, $80-252
+	MOVQ      nblk+16(FP), AX
+	TESTQ     AX, AX
+	JZ        done
+	LEAQ      amxTileCfg<>+0(SB), AX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
+	XORQ      AX, AX
+	MOVQ      AX, (SP)
+	MOVQ      kb_base+56(FP), AX
+	MOVQ      AX, 8(SP)
+	MOVQ      vb_base+80(FP), AX
+	MOVQ      AX, 16(SP)
+
+block:
+	MOVQ $0x00000040, AX
+	MOVQ dp+24(FP), CX
+	SHLQ $0x01, CX
+	MOVQ 8(SP), DX
+	MOVQ st_base+104(FP), BX
+	MOVQ $0x00000004, SI
+
+lsub:
+	MOVQ CX, DI
+	SHLQ $0x04, DI
+	ADDQ DX, DI
+	MOVQ qb_base+32(FP), R8
+	MOVQ BX, R9
+	MOVQ npp+0(FP), R10
+
+lpair:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO $0x03
+	MOVQ     DX, R11
+	MOVQ     DI, R12
+	MOVQ     R8, R13
+	MOVQ     dp+24(FP), R14
+	SHRQ     $0x05, R14
+
+lchunk:
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0b // TILELOADD (R11)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0c // TILELOADD (R12)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x74; BYTE $0x05; BYTE $0x00 // TILELOADD (R13)(AX*1), $0x06
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x05; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R13)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	ADDQ         $0x40, R11
+	ADDQ         $0x40, R12
+	ADDQ         $0x00001000, R13
+	DECQ         R14
+	JNZ          lchunk
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x01 // TILESTORED $0x00, (R9)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x01; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(R9)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x01; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(R9)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x01; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(R9)(AX*1)
+	ADDQ         $0x00000800, R8
+	ADDQ         $0x00004000, R9
+	DECQ         R10
+	JNZ          lpair
+	LEAQ         (DX)(CX*8), DX
+	LEAQ         (DX)(CX*8), DX
+	LEAQ         (DX)(CX*8), DX
+	LEAQ         (DX)(CX*8), DX
+	ADDQ         $0x00000800, BX
+	DECQ         SI
+	JNZ          lsub
+	MOVQ         npp+0(FP), AX
+	SHLQ         $0x01, AX
+	MOVQ         AX, 24(SP)
+	MOVQ         st_base+104(FP), AX
+	MOVQ         AX, 32(SP)
+	MOVQ         pb_base+128(FP), AX
+	MOVQ         AX, 40(SP)
+	MOVQ         m_base+176(FP), AX
+	MOVQ         AX, 48(SP)
+	MOVQ         l_base+200(FP), AX
+	MOVQ         AX, 56(SP)
+	MOVQ         lim_base+152(FP), AX
+	MOVQ         AX, 64(SP)
+	MOVQ         acc_base+224(FP), AX
+	MOVQ         AX, 72(SP)
+	VBROADCASTSS c+248(FP), Z0
+
+spanel:
+	MOVQ    32(SP), AX
+	MOVQ    (SP), CX
+	CMPQ    CX, nfull+8(FP)
+	JGE     smasked
+	VMOVUPS (AX), Z1
+	VMOVUPS 64(AX), Z2
+	VMOVUPS 128(AX), Z3
+	VMOVUPS 192(AX), Z4
+	VMAXPS  256(AX), Z1, Z1
+	VMAXPS  320(AX), Z2, Z2
+	VMAXPS  384(AX), Z3, Z3
+	VMAXPS  448(AX), Z4, Z4
+	VMAXPS  512(AX), Z1, Z1
+	VMAXPS  576(AX), Z2, Z2
+	VMAXPS  640(AX), Z3, Z3
+	VMAXPS  704(AX), Z4, Z4
+	VMAXPS  768(AX), Z1, Z1
+	VMAXPS  832(AX), Z2, Z2
+	VMAXPS  896(AX), Z3, Z3
+	VMAXPS  960(AX), Z4, Z4
+	VMAXPS  1024(AX), Z1, Z1
+	VMAXPS  1088(AX), Z2, Z2
+	VMAXPS  1152(AX), Z3, Z3
+	VMAXPS  1216(AX), Z4, Z4
+	VMAXPS  1280(AX), Z1, Z1
+	VMAXPS  1344(AX), Z2, Z2
+	VMAXPS  1408(AX), Z3, Z3
+	VMAXPS  1472(AX), Z4, Z4
+	VMAXPS  1536(AX), Z1, Z1
+	VMAXPS  1600(AX), Z2, Z2
+	VMAXPS  1664(AX), Z3, Z3
+	VMAXPS  1728(AX), Z4, Z4
+	VMAXPS  1792(AX), Z1, Z1
+	VMAXPS  1856(AX), Z2, Z2
+	VMAXPS  1920(AX), Z3, Z3
+	VMAXPS  1984(AX), Z4, Z4
+	VMAXPS  2048(AX), Z1, Z1
+	VMAXPS  2112(AX), Z2, Z2
+	VMAXPS  2176(AX), Z3, Z3
+	VMAXPS  2240(AX), Z4, Z4
+	VMAXPS  2304(AX), Z1, Z1
+	VMAXPS  2368(AX), Z2, Z2
+	VMAXPS  2432(AX), Z3, Z3
+	VMAXPS  2496(AX), Z4, Z4
+	VMAXPS  2560(AX), Z1, Z1
+	VMAXPS  2624(AX), Z2, Z2
+	VMAXPS  2688(AX), Z3, Z3
+	VMAXPS  2752(AX), Z4, Z4
+	VMAXPS  2816(AX), Z1, Z1
+	VMAXPS  2880(AX), Z2, Z2
+	VMAXPS  2944(AX), Z3, Z3
+	VMAXPS  3008(AX), Z4, Z4
+	VMAXPS  3072(AX), Z1, Z1
+	VMAXPS  3136(AX), Z2, Z2
+	VMAXPS  3200(AX), Z3, Z3
+	VMAXPS  3264(AX), Z4, Z4
+	VMAXPS  3328(AX), Z1, Z1
+	VMAXPS  3392(AX), Z2, Z2
+	VMAXPS  3456(AX), Z3, Z3
+	VMAXPS  3520(AX), Z4, Z4
+	VMAXPS  3584(AX), Z1, Z1
+	VMAXPS  3648(AX), Z2, Z2
+	VMAXPS  3712(AX), Z3, Z3
+	VMAXPS  3776(AX), Z4, Z4
+	VMAXPS  3840(AX), Z1, Z1
+	VMAXPS  3904(AX), Z2, Z2
+	VMAXPS  3968(AX), Z3, Z3
+	VMAXPS  4032(AX), Z4, Z4
+	VMAXPS  4096(AX), Z1, Z1
+	VMAXPS  4160(AX), Z2, Z2
+	VMAXPS  4224(AX), Z3, Z3
+	VMAXPS  4288(AX), Z4, Z4
+	VMAXPS  4352(AX), Z1, Z1
+	VMAXPS  4416(AX), Z2, Z2
+	VMAXPS  4480(AX), Z3, Z3
+	VMAXPS  4544(AX), Z4, Z4
+	VMAXPS  4608(AX), Z1, Z1
+	VMAXPS  4672(AX), Z2, Z2
+	VMAXPS  4736(AX), Z3, Z3
+	VMAXPS  4800(AX), Z4, Z4
+	VMAXPS  4864(AX), Z1, Z1
+	VMAXPS  4928(AX), Z2, Z2
+	VMAXPS  4992(AX), Z3, Z3
+	VMAXPS  5056(AX), Z4, Z4
+	VMAXPS  5120(AX), Z1, Z1
+	VMAXPS  5184(AX), Z2, Z2
+	VMAXPS  5248(AX), Z3, Z3
+	VMAXPS  5312(AX), Z4, Z4
+	VMAXPS  5376(AX), Z1, Z1
+	VMAXPS  5440(AX), Z2, Z2
+	VMAXPS  5504(AX), Z3, Z3
+	VMAXPS  5568(AX), Z4, Z4
+	VMAXPS  5632(AX), Z1, Z1
+	VMAXPS  5696(AX), Z2, Z2
+	VMAXPS  5760(AX), Z3, Z3
+	VMAXPS  5824(AX), Z4, Z4
+	VMAXPS  5888(AX), Z1, Z1
+	VMAXPS  5952(AX), Z2, Z2
+	VMAXPS  6016(AX), Z3, Z3
+	VMAXPS  6080(AX), Z4, Z4
+	VMAXPS  6144(AX), Z1, Z1
+	VMAXPS  6208(AX), Z2, Z2
+	VMAXPS  6272(AX), Z3, Z3
+	VMAXPS  6336(AX), Z4, Z4
+	VMAXPS  6400(AX), Z1, Z1
+	VMAXPS  6464(AX), Z2, Z2
+	VMAXPS  6528(AX), Z3, Z3
+	VMAXPS  6592(AX), Z4, Z4
+	VMAXPS  6656(AX), Z1, Z1
+	VMAXPS  6720(AX), Z2, Z2
+	VMAXPS  6784(AX), Z3, Z3
+	VMAXPS  6848(AX), Z4, Z4
+	VMAXPS  6912(AX), Z1, Z1
+	VMAXPS  6976(AX), Z2, Z2
+	VMAXPS  7040(AX), Z3, Z3
+	VMAXPS  7104(AX), Z4, Z4
+	VMAXPS  7168(AX), Z1, Z1
+	VMAXPS  7232(AX), Z2, Z2
+	VMAXPS  7296(AX), Z3, Z3
+	VMAXPS  7360(AX), Z4, Z4
+	VMAXPS  7424(AX), Z1, Z1
+	VMAXPS  7488(AX), Z2, Z2
+	VMAXPS  7552(AX), Z3, Z3
+	VMAXPS  7616(AX), Z4, Z4
+	VMAXPS  7680(AX), Z1, Z1
+	VMAXPS  7744(AX), Z2, Z2
+	VMAXPS  7808(AX), Z3, Z3
+	VMAXPS  7872(AX), Z4, Z4
+	VMAXPS  7936(AX), Z1, Z1
+	VMAXPS  8000(AX), Z2, Z2
+	VMAXPS  8064(AX), Z3, Z3
+	VMAXPS  8128(AX), Z4, Z4
+	VMAXPS  Z2, Z1, Z1
+	VMAXPS  Z4, Z3, Z3
+	VMAXPS  Z3, Z1, Z1
+	JMP     sgrow
+
+smasked:
+	VBROADCASTSS negInf<>+0(SB), Z4
+	MOVQ         64(SP), CX
+	VMOVDQU32    (CX), Z2
+	MOVQ         (SP), CX
+	SHLQ         $0x07, CX
+	VPBROADCASTD CX, Z3
+	MOVL         $0x00000001, CX
+	VPBROADCASTD CX, Z5
+	VMOVAPS      Z4, Z1
+	MOVQ         $0x00000080, CX
+
+smloop:
+	VMOVUPS (AX), Z6
+	VPCMPD  $0x05, Z2, Z3, K1
+	VMOVAPS Z4, K1, Z6
+	VMOVUPS Z6, (AX)
+	VMAXPS  Z6, Z1, Z1
+	VPADDD  Z5, Z3, Z3
+	ADDQ    $0x40, AX
+	DECQ    CX
+	JNZ     smloop
+
+sgrow:
+	MOVQ         48(SP), AX
+	VMOVUPS      (AX), Z2
+	VMULPS       Z0, Z1, Z1
+	VADDPS.BCST  amxThreshold<>+0(SB), Z2, Z3
+	VCMPPS       $0x1e, Z3, Z1, K1
+	KORTESTW     K1, K1
+	JZ           sexp
+	VMOVAPS      Z2, Z3
+	VMOVAPS      Z1, K1, Z3
+	VSUBPS.Z     Z3, Z2, K1, Z1
+	VBROADCASTSS exp2Min<>+0(SB), Z2
+	VBROADCASTSS exp2Magic<>+0(SB), Z4
+	VBROADCASTSS exp2C1<>+0(SB), Z5
+	VBROADCASTSS exp2C2<>+0(SB), Z6
+	VBROADCASTSS exp2C3<>+0(SB), Z7
+	VBROADCASTSS exp2C4<>+0(SB), Z8
+	VBROADCASTSS exp2C5<>+0(SB), Z9
+	VBROADCASTSS one<>+0(SB), Z10
+	VMAXPS       Z1, Z2, Z1
+	VADDPS       Z4, Z1, Z2
+	VSUBPS       Z4, Z2, Z4
+	VSUBPS       Z4, Z1, Z1
+	VMOVAPS      Z9, Z4
+	VFMADD213PS  Z8, Z1, Z4
+	VFMADD213PS  Z7, Z1, Z4
+	VFMADD213PS  Z6, Z1, Z4
+	VFMADD213PS  Z5, Z1, Z4
+	VFMADD213PS  Z10, Z1, Z4
+	VPSLLD       $0x17, Z2, Z2
+	VMULPS       Z2, Z4, Z1
+	VMOVUPS      Z3, (AX)
+	VMOVAPS      Z3, Z2
+	MOVQ         56(SP), AX
+	VMULPS       (AX), Z1, Z3
+	VMOVUPS      Z3, (AX)
+	MOVQ         72(SP), AX
+	MOVQ         dp+24(FP), CX
+	SHRQ         $0x02, CX
+
+srescale:
+	VMULPS  (AX), Z1, Z3
+	VMOVUPS Z3, (AX)
+	VMULPS  64(AX), Z1, Z3
+	VMOVUPS Z3, 64(AX)
+	VMULPS  128(AX), Z1, Z3
+	VMOVUPS Z3, 128(AX)
+	VMULPS  192(AX), Z1, Z3
+	VMOVUPS Z3, 192(AX)
+	ADDQ    $0x00000100, AX
+	DECQ    CX
+	JNZ     srescale
+
+sexp:
+	VCMPPS.BCST  $0x04, negInf<>+0(SB), Z2, K1
+	VMOVAPS.Z    Z2, K1, Z1
+	VBROADCASTSS exp2Min<>+0(SB), Z2
+	VBROADCASTSS exp2Magic<>+0(SB), Z3
+	VBROADCASTSS exp2C1<>+0(SB), Z4
+	VBROADCASTSS exp2C2<>+0(SB), Z5
+	VBROADCASTSS exp2C3<>+0(SB), Z6
+	VBROADCASTSS exp2C4<>+0(SB), Z7
+	VBROADCASTSS exp2C5<>+0(SB), Z8
+	VBROADCASTSS one<>+0(SB), Z9
+	VMOVDQU16    amxPairs<>+0(SB), Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	MOVQ         32(SP), AX
+	MOVQ         40(SP), CX
+	MOVQ         $0x00000020, DX
+
+seloop:
+	VMOVUPS        (AX), Z13
+	VFMSUB213PS    Z1, Z0, Z13
+	VMOVUPS        64(AX), Z14
+	VFMSUB213PS    Z1, Z0, Z14
+	VMOVUPS        128(AX), Z15
+	VFMSUB213PS    Z1, Z0, Z15
+	VMOVUPS        192(AX), Z16
+	VFMSUB213PS    Z1, Z0, Z16
+	VMAXPS         Z13, Z2, Z13
+	VMAXPS         Z14, Z2, Z14
+	VMAXPS         Z15, Z2, Z15
+	VMAXPS         Z16, Z2, Z16
+	VADDPS         Z3, Z13, Z17
+	VADDPS         Z3, Z14, Z18
+	VADDPS         Z3, Z15, Z19
+	VADDPS         Z3, Z16, Z20
+	VSUBPS         Z3, Z17, Z21
+	VSUBPS         Z3, Z18, Z22
+	VSUBPS         Z3, Z19, Z23
+	VSUBPS         Z3, Z20, Z24
+	VSUBPS         Z21, Z13, Z13
+	VSUBPS         Z22, Z14, Z14
+	VSUBPS         Z23, Z15, Z15
+	VSUBPS         Z24, Z16, Z16
+	VMOVAPS        Z8, Z21
+	VMOVAPS        Z8, Z22
+	VMOVAPS        Z8, Z23
+	VMOVAPS        Z8, Z24
+	VFMADD213PS    Z7, Z13, Z21
+	VFMADD213PS    Z7, Z14, Z22
+	VFMADD213PS    Z7, Z15, Z23
+	VFMADD213PS    Z7, Z16, Z24
+	VFMADD213PS    Z6, Z13, Z21
+	VFMADD213PS    Z6, Z14, Z22
+	VFMADD213PS    Z6, Z15, Z23
+	VFMADD213PS    Z6, Z16, Z24
+	VFMADD213PS    Z5, Z13, Z21
+	VFMADD213PS    Z5, Z14, Z22
+	VFMADD213PS    Z5, Z15, Z23
+	VFMADD213PS    Z5, Z16, Z24
+	VFMADD213PS    Z4, Z13, Z21
+	VFMADD213PS    Z4, Z14, Z22
+	VFMADD213PS    Z4, Z15, Z23
+	VFMADD213PS    Z4, Z16, Z24
+	VFMADD213PS    Z9, Z13, Z21
+	VFMADD213PS    Z9, Z14, Z22
+	VFMADD213PS    Z9, Z15, Z23
+	VFMADD213PS    Z9, Z16, Z24
+	VPSLLD         $0x17, Z17, Z17
+	VMULPS         Z17, Z21, Z13
+	VPSLLD         $0x17, Z18, Z18
+	VMULPS         Z18, Z22, Z14
+	VPSLLD         $0x17, Z19, Z19
+	VMULPS         Z19, Z23, Z15
+	VPSLLD         $0x17, Z20, Z20
+	VMULPS         Z20, Z24, Z16
+	VADDPS         Z13, Z11, Z11
+	VADDPS         Z14, Z12, Z12
+	VADDPS         Z15, Z11, Z11
+	VADDPS         Z16, Z12, Z12
+	BYTE $0x62; BYTE $0x52; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xed // VCVTNE2PS2BF16 Z13, Z14, Z13
+	VPERMW         Z13, Z10, Z13
+	VMOVDQU16      Z13, (CX)
+	BYTE $0x62; BYTE $0x52; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xef // VCVTNE2PS2BF16 Z15, Z16, Z13
+	VPERMW         Z13, Z10, Z13
+	VMOVDQU16      Z13, 64(CX)
+	ADDQ           $0x00000100, AX
+	ADDQ           $0x00000080, CX
+	DECQ           DX
+	JNZ            seloop
+	VADDPS         Z12, Z11, Z11
+	MOVQ           56(SP), AX
+	VADDPS         (AX), Z11, Z11
+	VMOVUPS        Z11, (AX)
+	MOVQ           32(SP), AX
+	ADDQ           $0x00002000, AX
+	MOVQ           AX, 32(SP)
+	MOVQ           40(SP), AX
+	ADDQ           $0x00001000, AX
+	MOVQ           AX, 40(SP)
+	MOVQ           48(SP), AX
+	ADDQ           $0x00000040, AX
+	MOVQ           AX, 48(SP)
+	MOVQ           56(SP), AX
+	ADDQ           $0x00000040, AX
+	MOVQ           AX, 56(SP)
+	MOVQ           64(SP), AX
+	ADDQ           $0x00000040, AX
+	MOVQ           AX, 64(SP)
+	MOVQ           dp+24(FP), AX
+	SHLQ           $0x06, AX
+	MOVQ           72(SP), CX
+	ADDQ           AX, CX
+	MOVQ           CX, 72(SP)
+	MOVQ           24(SP), AX
+	DECQ           AX
+	MOVQ           AX, 24(SP)
+	JNZ            spanel
+	MOVQ           $0x00000040, AX
+	MOVQ           $0x00000100, CX
+	MOVQ           16(SP), DX
+	MOVQ           acc_base+224(FP), BX
+	MOVQ           dp+24(FP), SI
+	SHLQ           $0x06, SI
+	MOVQ           dp+24(FP), DI
+	SHRQ           $0x05, DI
+
+vcols:
+	MOVQ npp+0(FP), R9
+	MOVQ pb_base+128(FP), R10
+	MOVQ BX, R8
+
+vpair:
+	LEAQ       (R8)(SI*1), R11
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILELOADD (R8)(AX*1), $0x00
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x03 // TILELOADD (R11)(AX*1), $0x01
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R8)(AX*1), $0x02
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R11)(AX*1), $0x03
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0a // TILELOADD (DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(DX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x02 // TILELOADD (R10)(AX*1), $0x06
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(R10)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x0a; BYTE $0x40 // TILELOADD 64(DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x40; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4160(DX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R10)(AX*1), $0x06
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // TILELOADD 5120(R10)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xa4; BYTE $0x0a; BYTE $0x80; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD 128(DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x80; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4224(DX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // TILELOADD 2048(R10)(AX*1), $0x06
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // TILELOADD 6144(R10)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xa4; BYTE $0x0a; BYTE $0xc0; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD 192(DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0xc0; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4288(DX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // TILELOADD 3072(R10)(AX*1), $0x06
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x1c; BYTE $0x00; BYTE $0x00 // TILELOADD 7168(R10)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILESTORED $0x00, (R8)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x03 // TILESTORED $0x01, (R11)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(R8)(AX*1)
+	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(R11)(AX*1)
+	LEAQ       (R11)(SI*1), R8
+	ADDQ       $0x00002000, R10
+	DECQ       R9
+	JNZ        vpair
+	ADDQ       $0x00002000, DX
+	ADDQ       $0x00000800, BX
+	DECQ       DI
+	JNZ        vcols
+	MOVQ       dp+24(FP), AX
+	SHLQ       $0x08, AX
+	ADDQ       AX, 8(SP)
+	ADDQ       AX, 16(SP)
+	MOVQ       (SP), AX
+	INCQ       AX
+	MOVQ       AX, (SP)
+	CMPQ       AX, nblk+16(FP)
+	JL         block
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
 
 done:
 	VZEROUPPER

@@ -110,9 +110,10 @@ func TestChooseKernels(t *testing.T) {
 		{" PureGo ", "generic", false},
 		{"generic", "generic", false},
 		{"sse2", best, true},
-		{"avx2", map[bool]string{true: "avx2", false: "generic"}[slices.Contains(names, "avx2")], !slices.Contains(names, "avx2")},
-		{"avx512", names[len(names)-1-boolInt(best == "avx512bf16")], !slices.Contains(names, "avx512")},
-		{"AVX512BF16", best, best != "avx512bf16"},
+		{"avx2", atMost(names, "avx2"), !slices.Contains(names, "avx2")},
+		{"avx512", atMost(names, "avx512"), !slices.Contains(names, "avx512")},
+		{"AVX512BF16", atMost(names, "avx512bf16"), !slices.Contains(names, "avx512bf16")},
+		{" amx", atMost(names, "amx"), !slices.Contains(names, "amx")},
 	} {
 		impl, note := chooseKernels(c.req)
 		if impl.name != c.want || (note != "") != c.note {
@@ -121,11 +122,17 @@ func TestChooseKernels(t *testing.T) {
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// atMost is the most capable of names (the families of this machine)
+// that is no more capable than family.
+func atMost(names []string, family string) string {
+	rank := slices.Index(familyNames, family)
+	best := names[0]
+	for _, f := range names {
+		if slices.Index(familyNames, f) <= rank {
+			best = f
+		}
 	}
-	return 0
+	return best
 }
 
 func TestUseKernels(t *testing.T) {

@@ -292,3 +292,11 @@ func dotRowsI8AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []i
 //
 //go:noescape
 func dotRowsI8PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int, pf []int8)
+
+// attendTilesAMX folds key blocks 0 … nblk-1 into npp pairs of panels of a query tile
+// (see AttendAMX): blocks from nfull on under the limits lim. The slices must be long
+// enough (the Go caller checks). It loads the tile configuration first and releases the
+// tiles before it returns, as the goroutine may run on another thread next time.
+//
+//go:noescape
+func attendTilesAMX(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)

@@ -1,5 +1,5 @@
-// Command _asm generates the AVX2+FMA and AVX-512 assembly of package simd
-// with avo.
+// Command _asm generates the AVX2+FMA, AVX-512 and AMX assembly of package
+// simd with avo.
 //
 // Run it through go generate in the parent directory:
 //
@@ -64,6 +64,7 @@ func main() {
 	decodeBF16()
 	gemm512()
 	dotRows512()
+	attendAMX()
 
 	Generate()
 	out := flag.Lookup("out").Value.String()
@@ -73,6 +74,9 @@ func main() {
 	}
 	enc, err := encodeBF16(string(src))
 	if err != nil {
+		log.Fatalf("%s: %v", out, err)
+	}
+	if enc, err = encodeAMX(enc); err != nil {
 		log.Fatalf("%s: %v", out, err)
 	}
 	if err := checkRegisters(enc); err != nil {
@@ -87,14 +91,15 @@ func main() {
 // or a zmm register, which the register allocator may hand out when it is
 // short of the 16 AVX2 registers: instructions with them assemble as
 // AVX-512 and fault on AVX2-only CPUs. The AVX-512 kernels, named
-// …AVX512 and …AVX512BF16, may use them all.
+// …AVX512 and …AVX512BF16, and those of the amx family (…AMX), which
+// needs AVX-512 too, may use them all.
 func checkRegisters(src string) error {
 	avx512 := false
 	re := regexp.MustCompile(`\b([XY](1[6-9]|2[0-9]|3[01])|Z([0-9]|[12][0-9]|3[01])|K[1-7])\b`)
 	for i, l := range strings.Split(src, "\n") {
 		if strings.HasPrefix(l, "TEXT ") {
 			name := strings.Fields(l)[1]
-			avx512 = strings.Contains(name, "AVX512")
+			avx512 = strings.Contains(name, "AVX512") || strings.Contains(name, "AMX")
 			continue
 		}
 		if strings.HasPrefix(l, "\t") && !avx512 {
@@ -142,6 +147,7 @@ func declareConsts() {
 	}
 	declareExpConsts()
 	declareExp2Consts()
+	declareAMXConsts()
 }
 
 // loadTailMask returns a ymm mask with ones in its first rem lanes, for

@@ -12,7 +12,7 @@ import (
 
 // allFamilies lists every kernel family of package simd, least capable
 // first; simd.Families says which this machine runs.
-var allFamilies = []string{"generic", "avx2", "avx512", "avx512bf16"}
+var allFamilies = []string{"generic", "avx2", "avx512", "avx512bf16", "amx"}
 
 // ForEachFamily runs f as a subtest named after each kernel family this
 // CPU and build can run (simd.Families), with that family in use, and
