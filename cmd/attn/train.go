@@ -59,6 +59,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
+	induction := fs.Float64("induction", 0, "share `P` of training windows of shuffled tokens whose second half copies stretches of the first, weighted as answers (it forms induction heads fast)")
 	copyShare := fs.Float64("copy", 0, "share `P` of training windows that end with a copy of a stretch of themselves, weighted as answers (it teaches in-context copying)")
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
@@ -115,8 +116,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-retrieval %v: want a share in [0, 1]", *retrieval)
 	case *facts < 1 || *facts > needle.MaxFacts:
 		return fmt.Errorf("-facts %d: want 1 to %d", *facts, needle.MaxFacts)
-	case !(*copyShare >= 0 && *retrieval+*copyShare <= 1):
-		return fmt.Errorf("-copy %v: want a share in [0, 1] with -retrieval + -copy <= 1", *copyShare)
+	case !(*copyShare >= 0 && *induction >= 0 && *retrieval+*copyShare+*induction <= 1):
+		return fmt.Errorf("-copy %v, -induction %v: want shares in [0, 1] with -retrieval + -copy + -induction <= 1", *copyShare, *induction)
 	case *asks < 1 || *asks > needle.MaxFacts:
 		return fmt.Errorf("-asks %d: want 1 to %d", *asks, needle.MaxFacts)
 	case !(*answerWeight >= 1 && *answerWeight <= 1000):
@@ -126,7 +127,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *valNeedle < 0 || *valNeedle > 1000:
 		return fmt.Errorf("-val-needle %d: want 0 to 1000", *valNeedle)
 	}
-	if *retrieval > 0 || *copyShare > 0 {
+	if *retrieval > 0 || *copyShare > 0 || *induction > 0 {
 		tc.Tasks = fmt.Sprintf("retrieval=%g,facts=%d", *retrieval, *facts)
 		if *answerWeight != 1 {
 			tc.Tasks += fmt.Sprintf(",weight=%g", *answerWeight)
@@ -136,6 +137,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *copyShare > 0 {
 			tc.Tasks += fmt.Sprintf(",copy=%g", *copyShare)
+		}
+		if *induction > 0 {
+			tc.Tasks += fmt.Sprintf(",induction=%g", *induction)
 		}
 	}
 	corpus := make([]string, len(paths))
@@ -275,7 +279,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if mix != nil {
-		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, up to %d of them asked for at the end, %.0f%% end with a copy (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.asks, 100*mix.copy, mix.weight)
+		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, up to %d of them asked for at the end, %.0f%% end with a copy, %.0f%% are induction windows (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.asks, 100*mix.copy, 100*mix.induct, mix.weight)
 	}
 	needleScore := func() (string, error) {
 		if *valNeedle == 0 || *val == "" {
@@ -465,6 +469,7 @@ type taskMix struct {
 	facts  int
 	asks   int     // questions at the end of a planted window
 	copy   float64 // share of windows ending with a copy of a stretch of themselves
+	induct float64 // share of windows of shuffled tokens whose second half copies stretches of the first
 	weight float32 // of the answer's tokens in the loss
 	batch  int
 }
@@ -487,6 +492,8 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			m.asks, err = strconv.Atoi(v)
 		case "copy":
 			m.copy, err = strconv.ParseFloat(v, 64)
+		case "induction":
+			m.induct, err = strconv.ParseFloat(v, 64)
 		case "weight":
 			var w float64
 			w, err = strconv.ParseFloat(v, 32)
@@ -498,10 +505,10 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
 	}
-	if !(m.copy >= 0 && m.share+m.copy <= 1) {
-		return nil, fmt.Errorf("training tasks %q: want copy >= 0 and retrieval + copy <= 1", tc.Tasks)
+	if !(m.copy >= 0 && m.induct >= 0 && m.share+m.copy+m.induct <= 1) {
+		return nil, fmt.Errorf("training tasks %q: want copy, induction >= 0 and retrieval + copy + induction <= 1", tc.Tasks)
 	}
-	if !(m.share >= 0 && m.share+m.copy > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts || m.asks < 1 || m.asks > needle.MaxFacts || !(m.weight >= 1 && m.weight <= 1000) {
+	if !(m.share >= 0 && m.share+m.copy+m.induct > 0 && m.share <= 1) || m.facts < 1 || m.facts > needle.MaxFacts || m.asks < 1 || m.asks > needle.MaxFacts || !(m.weight >= 1 && m.weight <= 1000) {
 		return nil, fmt.Errorf("training tasks %q: want retrieval in [0, 1] (or a copy share), facts and asks in [1, %d] and weight in [1, 1000]", tc.Tasks, needle.MaxFacts)
 	}
 	b, err := needle.NewBuilder(tok, needle.DefaultTemplates())
@@ -526,6 +533,35 @@ func copyStretch(rng *rand.Rand, w []int) ([]int, int) {
 	return out, at
 }
 
+// inductionWindow returns a window of w's length made of w's own tokens
+// (its first kept first) in random order for its first half, and of
+// copies of stretches of 8 to 16 tokens of that half for the rest, with
+// the spans of predictions [from, to) that a copy makes certain (all but
+// a stretch's first token). Nothing but in-context copying predicts
+// them: the densest signal there is for forming induction heads, which
+// small models trained on text alone do not form in a few million tokens.
+func inductionWindow(rng *rand.Rand, w []int) ([]int, [][2]int) {
+	n := len(w)
+	out := make([]int, n)
+	out[0] = w[0]
+	half := max(n/2, 2)
+	for i := 1; i < min(half, n); i++ {
+		out[i] = w[1+rng.IntN(n-1)]
+	}
+	var spans [][2]int
+	for at := half; at < n; {
+		c := min(8+rng.IntN(9), n-at, half-1)
+		from := 1 + rng.IntN(half-c)
+		copy(out[at:at+c], out[from:from+c])
+		if c > 1 {
+			// Prediction k predicts token k+1.
+			spans = append(spans, [2]int{at, at + c - 1})
+		}
+		at += c
+	}
+	return out, spans
+}
+
 // apply returns step i's batch with facts planted in its share of the
 // windows, and the loss weights of its predictions: the answers' weigh
 // m.weight, the rest 1 (nil when every weight is 1).
@@ -545,6 +581,18 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 			}
 		}
 		u := rng.Float64()
+		if u >= m.share+m.copy && u < m.share+m.copy+m.induct {
+			var spans [][2]int
+			out[j], spans = inductionWindow(rng, w)
+			if weights != nil {
+				for _, sp := range spans {
+					for k := sp[0]; k < sp[1]; k++ {
+						weights[j][k] = m.weight
+					}
+				}
+			}
+			continue
+		}
 		if u >= m.share && u < m.share+m.copy {
 			var at int
 			out[j], at = copyStretch(rng, w)

@@ -145,7 +145,7 @@ func TestTrainCommandErrors(t *testing.T) {
 	}
 }
 
-// TestTaskMix checks the planted and copied windows of a training mix:
+// TestTaskMix checks the planted, copied and induction windows of a training mix:
 // lengths kept, answers and copies weighted and nothing else, copies equal
 // to an earlier stretch, and the same batch for the same step.
 func TestTaskMix(t *testing.T) {
@@ -157,13 +157,13 @@ func TestTaskMix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := tok.Encode(hold[:40000], false)
+	ids := tok.Encode(hold[:60000], false)
 	const L, weight = 400, 4
-	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.5,facts=3,asks=2,copy=0.3,weight=4", Seed: 3, Batch: 16})
+	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.4,facts=3,asks=2,copy=0.2,induction=0.2,weight=4", Seed: 3, Batch: 24})
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := make([][]int, 16)
+	batch := make([][]int, 24)
 	for j := range batch {
 		batch[j] = ids[j*L : (j+1)*L+1]
 	}
@@ -188,7 +188,12 @@ func TestTaskMix(t *testing.T) {
 			if !slices.Equal(w, batch[j]) {
 				t.Fatalf("window %d: unweighted but changed", j)
 			}
-		case !strings.Contains(tok.Decode(w), "magic number"):
+		case strings.Contains(tok.Decode(w), "magic number"):
+			kinds["planted"]++
+			if !strings.Contains(tok.Decode(w[first+1:]), "What is the special magic number") && weights[j][L-1] != weight {
+				t.Fatalf("window %d: planted window without its last answer weighted", j)
+			}
+		case slices.Equal(w[:first], batch[j][:first]):
 			kinds["copy"]++
 			c := len(w) - first
 			if !slices.Equal(w[:first], batch[j][:first]) || slices.Contains(weights[j][first:], 1) {
@@ -205,9 +210,29 @@ func TestTaskMix(t *testing.T) {
 				t.Fatalf("window %d: its weighted end is not a copy of an earlier stretch", j)
 			}
 		default:
-			kinds["planted"]++
-			if !strings.Contains(tok.Decode(w[first+1:]), "What is the special magic number") && weights[j][L-1] != weight {
-				t.Fatalf("window %d: planted window without its last answer weighted", j)
+			kinds["induction"]++
+			half := len(w) / 2
+			if w[0] != batch[j][0] || first < half {
+				t.Fatalf("window %d: induction window with first token %d, first weight at %d", j, w[0], first)
+			}
+			for _, x := range w[1:half] {
+				if !slices.Contains(batch[j][1:], x) {
+					t.Fatalf("window %d: token %d is not the window's", j, x)
+				}
+			}
+			// A weighted prediction k predicts w[k+1], which follows w[k]
+			// somewhere in the first half too.
+			for k := half; k < L; k++ {
+				if weights[j][k] != weight {
+					continue
+				}
+				ok := false
+				for i := 1; i+1 < half; i++ {
+					ok = ok || (w[i] == w[k] && w[i+1] == w[k+1])
+				}
+				if !ok {
+					t.Fatalf("window %d: weighted prediction %d is no copy", j, k)
+				}
 			}
 		}
 	}
@@ -221,8 +246,8 @@ func TestTaskMix(t *testing.T) {
 		}
 	}
 	t.Logf("windows: %v", kinds)
-	if kinds["plain"] == 0 || kinds["copy"] == 0 || kinds["planted"] == 0 {
-		t.Errorf("16 windows of three kinds: %v", kinds)
+	if len(kinds) != 4 {
+		t.Errorf("24 windows of four kinds: %v", kinds)
 	}
 	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.8,copy=0.3"}); err == nil {
 		t.Error("retrieval + copy > 1 accepted")
