@@ -522,4 +522,19 @@ func TestNonFinite(t *testing.T) {
 			t.Errorf("%v (%#x): nonFinite = %d", c.x, math.Float32bits(c.x), got)
 		}
 	}
+	// A tensor scanned in stretches on several CPUs: the first bad value
+	// is found wherever the stretches end.
+	big := make([]float32, 3<<20+7)
+	if got := nonFinite(big); got != -1 {
+		t.Errorf("finite tensor: nonFinite = %d", got)
+	}
+	big[len(big)-1] = inf
+	big[2<<20+5] = float32(math.NaN())
+	if got := nonFinite(big); got != 2<<20+5 {
+		t.Errorf("nonFinite = %d, want %d", got, 2<<20+5)
+	}
+	big[1<<20-1] = -inf
+	if got := nonFinite(big); got != 1<<20-1 {
+		t.Errorf("nonFinite = %d, want %d", got, 1<<20-1)
+	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/attnkit/attn"
 )
@@ -395,6 +397,43 @@ func (w *Weights) plainLlama() error {
 // of what float64 comparisons cost on the hundreds of millions of weights
 // of a published model.
 func nonFinite(d []float32) int {
+	// A large tensor is scanned on every CPU, a stretch each; the first
+	// stretch with a bad value gives the index, whatever the count.
+	const stretch = 1 << 20
+	parts := (len(d) + stretch - 1) / stretch
+	if parts <= 1 {
+		return nonFiniteIn(d)
+	}
+	found := make([]int, parts)
+	next := make(chan int, parts)
+	for p := range parts {
+		next <- p
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), parts) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				lo := p * stretch
+				found[p] = nonFiniteIn(d[lo:min(lo+stretch, len(d))])
+				if found[p] >= 0 {
+					found[p] += lo
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, i := range found {
+		if i >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func nonFiniteIn(d []float32) int {
 	const exp = 0x7f800000
 	for i, x := range d {
 		if math.Float32bits(x)&exp == exp {

@@ -1,17 +1,14 @@
 package model
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/attnkit/attn"
-	par "github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/model/gguf"
 	"github.com/attnkit/attn/model/tokenizer"
 )
@@ -136,16 +133,10 @@ func readWeights(f *gguf.File) (*Weights, error) {
 			return nil, fmt.Errorf("%w: tensor %s has dimensions %v, want %v", ErrFormat, t.Name, info.Dims, ggufDims(t.Shape))
 		}
 	}
-	// Dequantising is most of a load: the tensors are decoded on all CPUs,
-	// each by one goroutine, so the values are the same for any count;
-	// the error reported is the first tensor's in file order.
-	errs := make([]error, len(ts))
-	_ = par.For(context.Background(), runtime.GOMAXPROCS(0), len(ts), par.None, func(_ struct{}, i int) error {
-		*ts[i].Data, errs[i] = f.ReadTensor(ts[i].Name)
-		return nil
-	})
-	for _, err := range errs {
-		if err != nil {
+	// Dequantising is most of a load; ReadTensor spreads each tensor over
+	// the CPUs, so the tensors go one after the other.
+	for _, t := range ts {
+		if *t.Data, err = f.ReadTensor(t.Name); err != nil {
 			return nil, err
 		}
 	}

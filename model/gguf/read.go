@@ -6,8 +6,10 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/attnkit/attn"
 )
@@ -341,17 +343,41 @@ func (f *File) ReadTensor(name string) ([]float32, error) {
 	n := t.Elems()
 	out := make([]float32, n)
 	// Read and decode a chunk of whole blocks at a time, so that the raw
-	// bytes never need a second copy of the tensor.
-	blocksPer := max(1, decodeChunkKB<<10/bytes)
-	buf := make([]byte, min(uint64(blocksPer), n/uint64(vals))*uint64(bytes))
-	off := f.DataOffset + int64(t.Offset)
-	for b := uint64(0); b < n/uint64(vals); b += uint64(blocksPer) {
-		nb := min(uint64(blocksPer), n/uint64(vals)-b)
-		raw := buf[:nb*uint64(bytes)]
-		if _, err := f.r.ReadAt(raw, off+int64(b)*int64(bytes)); err != nil {
-			return nil, fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, clip(name), err)
-		}
-		if err := Decode(out[b*uint64(vals):][:nb*uint64(vals)], raw, t.Type); err != nil {
+	// bytes never need a second copy of the tensor; the chunks of a large
+	// tensor are decoded on every CPU (an embedding is most of a load).
+	// Each value depends on its own block only, so the count changes
+	// nothing.
+	blocks := n / uint64(vals)
+	blocksPer := uint64(max(1, decodeChunkKB<<10/bytes))
+	chunks := int((blocks + blocksPer - 1) / blocksPer)
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	errs := make([]error, chunks)
+	next := make(chan int, chunks)
+	for c := range chunks {
+		next <- c
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, min(blocksPer, blocks)*uint64(bytes))
+			for c := range next {
+				b := uint64(c) * blocksPer
+				nb := min(blocksPer, blocks-b)
+				raw := buf[:nb*uint64(bytes)]
+				if _, err := f.r.ReadAt(raw, f.DataOffset+int64(t.Offset)+int64(b)*int64(bytes)); err != nil {
+					errs[c] = fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, clip(name), err)
+					continue
+				}
+				errs[c] = Decode(out[b*uint64(vals):][:nb*uint64(vals)], raw, t.Type)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return nil, err
 		}
 	}
