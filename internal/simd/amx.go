@@ -50,10 +50,13 @@ func AMXBlockLen(d int) int { return AMXKeys * AMXPad(d) }
 // AMXAccLen is the length of AttendAMX's accumulator for head size d.
 func AMXAccLen(d int) int { return AMXRows * AMXPad(d) }
 
-// The lengths of AttendAMX's scratch buffers.
+// The lengths of AttendAMX's scratch buffers, which hold two blocks
+// each: the kernel computes the logits of one block and multiplies the
+// probabilities of another with the values while it runs the softmax of
+// a third.
 const (
-	AMXStLen = AMXRows * AMXKeys // the logits of a block, float32
-	AMXPLen  = AMXRows * AMXKeys // the probabilities of a block, bfloat16
+	AMXStLen = 2 * AMXRows * AMXKeys // the logits of two blocks, float32
+	AMXPLen  = 2 * AMXRows * AMXKeys // the probabilities of two blocks, bfloat16
 )
 
 // PackQAMX writes the query rows q[off[r]:off[r]+d], r < len(off) <=

@@ -75,16 +75,20 @@
 // and releases the tiles before it returns. For each block of 128 keys,
 // Sᵀ = K·Qᵀ is 16-key × 16-query tiles, 32 columns a TDPBF16PS (the keys
 // read as packed rows, the queries packed as pairs of columns), stored
-// to an L1 buffer; the softmax runs on it in zmm registers, a panel of 16
+// to a buffer; the softmax runs on it in zmm registers, a panel of 16
 // queries a register as in AttendPanels, with the probabilities stored
 // as pairs of keys in bfloat16 (VCVTNE2PS2BF16, then VPERMW to
 // interleave); and Oᵀ += Vᵀ·Pᵀ on the accumulator's tiles, loaded and
 // stored once a block, four TDPBF16PS a load. Every tile step keeps four
 // accumulator tiles and loads four operands: two of one side, two of the
-// other. The running maximum is raised only where a block's maximum
-// exceeds it by more than AMXThreshold (FlashAttention-4's conditional
-// rescaling), so the accumulator is rescaled a few times a row instead
-// of at every block. The Go assembler lacks the AMX instructions too: the
+// other. The kernel is software-pipelined: the loop of a block's
+// exponentials issues, every few iterations, a step of the products of
+// the next block's logits and of the block before's values, so that the
+// tiles and the vector units work at once (the logits and the
+// probabilities are double-buffered). The running maximum is raised only
+// where a block's maximum exceeds it by more than AMXThreshold
+// (FlashAttention-4's conditional rescaling), so the accumulator is
+// rescaled a few times a row instead of at every block. The Go assembler lacks the AMX instructions too: the
 // generator emits their VEX encodings as BYTEs (checked against GNU as).
 //
 // Gemm works on a 6-row × 16-column block of C held in 12 ymm

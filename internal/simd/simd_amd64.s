@@ -73207,7 +73207,7 @@ done:
 
 // func attendTilesAMX(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)
 // Requires: AMX-BF16, AMX-TILE, AVX, AVX512BF16, AVX512BW, AVX512DQ, AVX512F
-TEXT ·attendTilesAMX(SB), NOSPLIT, $80-252
+TEXT ·attendTilesAMX(SB), $664-252
 	MOVQ      nblk+16(FP), AX
 	TESTQ     AX, AX
 	JZ        done
@@ -73215,349 +73215,510 @@ TEXT ·attendTilesAMX(SB), NOSPLIT, $80-252
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // LDTILECFG (AX)
 	XORQ      AX, AX
 	MOVQ      AX, (SP)
-	MOVQ      kb_base+56(FP), AX
-	MOVQ      AX, 8(SP)
-	MOVQ      vb_base+80(FP), AX
-	MOVQ      AX, 16(SP)
+	MOVQ      AX, 48(SP)
+	MOVQ      npp+0(FP), CX
+	MOVQ      dp+24(FP), DX
+	SHRQ      $0x05, DX
+	IMULQ     DX, CX
+	SHLQ      $0x02, CX
+	MOVQ      CX, 8(SP)
+	XORQ      CX, CX
+	MOVQ      CX, 16(SP)
+	MOVQ      CX, 24(SP)
+	MOVQ      dp+24(FP), DX
+	SHLQ      $0x08, DX
+	IMULQ     AX, DX
+	ADDQ      kb_base+56(FP), DX
+	MOVQ      DX, 32(SP)
+	MOVQ      AX, DX
+	ANDQ      $0x01, DX
+	SHLQ      $0x0f, DX
+	ADDQ      st_base+104(FP), DX
+	MOVQ      DX, 40(SP)
 
-block:
-	MOVQ $0x00000040, AX
-	MOVQ dp+24(FP), CX
-	SHLQ $0x01, CX
-	MOVQ 8(SP), DX
-	MOVQ st_base+104(FP), BX
-	MOVQ $0x00000004, SI
-
-lsub:
-	MOVQ CX, DI
-	SHLQ $0x04, DI
-	ADDQ DX, DI
-	MOVQ qb_base+32(FP), R8
-	MOVQ BX, R9
-	MOVQ npp+0(FP), R10
-
-lpair:
+proflush:
+	MOVQ     8(SP), AX
+	ADDQ     48(SP), AX
+	JZ       proflushed
+	MOVQ     8(SP), AX
+	TESTQ    AX, AX
+	JZ       profvalues
+	DECQ     AX
+	MOVQ     AX, 8(SP)
+	MOVQ     16(SP), AX
+	TESTQ    AX, AX
+	JNZ      profsnz
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO $0x00
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO $0x01
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO $0x02
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO $0x03
-	MOVQ     DX, R11
-	MOVQ     DI, R12
-	MOVQ     R8, R13
-	MOVQ     dp+24(FP), R14
-	SHRQ     $0x05, R14
 
-lchunk:
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0b // TILELOADD (R11)(CX*1), $0x04
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0c // TILELOADD (R12)(CX*1), $0x05
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x74; BYTE $0x05; BYTE $0x00 // TILELOADD (R13)(AX*1), $0x06
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x05; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R13)(AX*1), $0x07
+profsnz:
+	MOVQ       dp+24(FP), CX
+	SHLQ       $0x01, CX
+	MOVQ       AX, DX
+	SHLQ       $0x06, DX
+	ADDQ       32(SP), DX
+	MOVQ       CX, BX
+	SHLQ       $0x04, BX
+	ADDQ       DX, BX
+	MOVQ       AX, SI
+	SHLQ       $0x0c, SI
+	MOVQ       24(SP), DI
+	SHLQ       $0x0b, DI
+	ADDQ       DI, SI
+	ADDQ       qb_base+32(FP), SI
+	MOVQ       $0x00000040, R8
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0a // TILELOADD (DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0b // TILELOADD (BX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x06
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x06; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(SI)(R8*1), $0x07
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
-	ADDQ         $0x40, R11
-	ADDQ         $0x40, R12
-	ADDQ         $0x00001000, R13
-	DECQ         R14
-	JNZ          lchunk
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x01 // TILESTORED $0x00, (R9)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x01; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(R9)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x01; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(R9)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x01; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(R9)(AX*1)
-	ADDQ         $0x00000800, R8
-	ADDQ         $0x00004000, R9
-	DECQ         R10
-	JNZ          lpair
-	LEAQ         (DX)(CX*8), DX
-	LEAQ         (DX)(CX*8), DX
-	LEAQ         (DX)(CX*8), DX
-	LEAQ         (DX)(CX*8), DX
-	ADDQ         $0x00000800, BX
-	DECQ         SI
-	JNZ          lsub
-	MOVQ         npp+0(FP), AX
-	SHLQ         $0x01, AX
-	MOVQ         AX, 24(SP)
-	MOVQ         st_base+104(FP), AX
-	MOVQ         AX, 32(SP)
-	MOVQ         pb_base+128(FP), AX
-	MOVQ         AX, 40(SP)
-	MOVQ         m_base+176(FP), AX
-	MOVQ         AX, 48(SP)
-	MOVQ         l_base+200(FP), AX
-	MOVQ         AX, 56(SP)
-	MOVQ         lim_base+152(FP), AX
-	MOVQ         AX, 64(SP)
-	MOVQ         acc_base+224(FP), AX
-	MOVQ         AX, 72(SP)
+	INCQ       AX
+	MOVQ       dp+24(FP), DI
+	SHRQ       $0x05, DI
+	CMPQ       AX, DI
+	JL         profskeep
+	MOVQ       24(SP), DX
+	MOVQ       DX, AX
+	SHLQ       $0x0e, AX
+	ADDQ       40(SP), AX
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILESTORED $0x00, (AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x00; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x00; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(AX)(R8*1)
+	XORQ       AX, AX
+	INCQ       DX
+	CMPQ       DX, npp+0(FP)
+	JL         profsppkeep
+	XORQ       DX, DX
+	SHLQ       $0x05, CX
+	ADDQ       CX, 32(SP)
+	ADDQ       $0x00000800, 40(SP)
+
+profsppkeep:
+	MOVQ DX, 24(SP)
+
+profskeep:
+	MOVQ AX, 16(SP)
+	JMP  profdone
+
+profvalues:
+	MOVQ      48(SP), AX
+	TESTQ     AX, AX
+	JZ        profdone
+	DECQ      AX
+	MOVQ      AX, 48(SP)
+	MOVQ      dp+24(FP), AX
+	SHLQ      $0x06, AX
+	MOVQ      64(SP), CX
+	IMULQ     AX, CX
+	SHLQ      $0x01, CX
+	ADDQ      72(SP), CX
+	LEAQ      (CX)(AX*1), DX
+	MOVQ      $0x00000040, BX
+	MOVQ      56(SP), AX
+	TESTQ     AX, AX
+	JNZ       profvnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILELOADD (CX)(BX*1), $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILELOADD (DX)(BX*1), $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(CX)(BX*1), $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(DX)(BX*1), $0x03
+
+profvnz:
+	MOVQ       AX, SI
+	SHLQ       $0x06, SI
+	ADDQ       80(SP), SI
+	MOVQ       AX, DI
+	SHLQ       $0x0a, DI
+	MOVQ       64(SP), R8
+	SHLQ       $0x0d, R8
+	ADDQ       R8, DI
+	ADDQ       88(SP), DI
+	MOVQ       $0x00000100, R8
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x04
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x06; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(SI)(R8*1), $0x05
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x1f // TILELOADD (DI)(BX*1), $0x06
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x1f; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(DI)(BX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       AX
+	CMPQ       AX, $0x04
+	JL         profvkeep
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILESTORED $0x00, (CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILESTORED $0x01, (DX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(DX)(BX*1)
+	XORQ       AX, AX
+	MOVQ       64(SP), CX
+	INCQ       CX
+	CMPQ       CX, npp+0(FP)
+	JL         profvppkeep
+	XORQ       CX, CX
+	ADDQ       $0x00000800, 72(SP)
+	ADDQ       $0x00002000, 80(SP)
+
+profvppkeep:
+	MOVQ CX, 64(SP)
+
+profvkeep:
+	MOVQ AX, 56(SP)
+
+profdone:
+	JMP proflush
+
+proflushed:
+block:
+	MOVQ         (SP), AX
+	MOVQ         AX, CX
+	ANDQ         $0x01, CX
+	SHLQ         $0x0f, CX
+	ADDQ         st_base+104(FP), CX
+	MOVQ         npp+0(FP), DX
+	SHLQ         $0x01, DX
+	XORQ         BX, BX
 	VBROADCASTSS c+248(FP), Z0
 
-spanel:
-	MOVQ    32(SP), AX
-	MOVQ    (SP), CX
-	CMPQ    CX, nfull+8(FP)
-	JGE     smasked
-	VMOVUPS (AX), Z1
-	VMOVUPS 64(AX), Z2
-	VMOVUPS 128(AX), Z3
-	VMOVUPS 192(AX), Z4
-	VMAXPS  256(AX), Z1, Z1
-	VMAXPS  320(AX), Z2, Z2
-	VMAXPS  384(AX), Z3, Z3
-	VMAXPS  448(AX), Z4, Z4
-	VMAXPS  512(AX), Z1, Z1
-	VMAXPS  576(AX), Z2, Z2
-	VMAXPS  640(AX), Z3, Z3
-	VMAXPS  704(AX), Z4, Z4
-	VMAXPS  768(AX), Z1, Z1
-	VMAXPS  832(AX), Z2, Z2
-	VMAXPS  896(AX), Z3, Z3
-	VMAXPS  960(AX), Z4, Z4
-	VMAXPS  1024(AX), Z1, Z1
-	VMAXPS  1088(AX), Z2, Z2
-	VMAXPS  1152(AX), Z3, Z3
-	VMAXPS  1216(AX), Z4, Z4
-	VMAXPS  1280(AX), Z1, Z1
-	VMAXPS  1344(AX), Z2, Z2
-	VMAXPS  1408(AX), Z3, Z3
-	VMAXPS  1472(AX), Z4, Z4
-	VMAXPS  1536(AX), Z1, Z1
-	VMAXPS  1600(AX), Z2, Z2
-	VMAXPS  1664(AX), Z3, Z3
-	VMAXPS  1728(AX), Z4, Z4
-	VMAXPS  1792(AX), Z1, Z1
-	VMAXPS  1856(AX), Z2, Z2
-	VMAXPS  1920(AX), Z3, Z3
-	VMAXPS  1984(AX), Z4, Z4
-	VMAXPS  2048(AX), Z1, Z1
-	VMAXPS  2112(AX), Z2, Z2
-	VMAXPS  2176(AX), Z3, Z3
-	VMAXPS  2240(AX), Z4, Z4
-	VMAXPS  2304(AX), Z1, Z1
-	VMAXPS  2368(AX), Z2, Z2
-	VMAXPS  2432(AX), Z3, Z3
-	VMAXPS  2496(AX), Z4, Z4
-	VMAXPS  2560(AX), Z1, Z1
-	VMAXPS  2624(AX), Z2, Z2
-	VMAXPS  2688(AX), Z3, Z3
-	VMAXPS  2752(AX), Z4, Z4
-	VMAXPS  2816(AX), Z1, Z1
-	VMAXPS  2880(AX), Z2, Z2
-	VMAXPS  2944(AX), Z3, Z3
-	VMAXPS  3008(AX), Z4, Z4
-	VMAXPS  3072(AX), Z1, Z1
-	VMAXPS  3136(AX), Z2, Z2
-	VMAXPS  3200(AX), Z3, Z3
-	VMAXPS  3264(AX), Z4, Z4
-	VMAXPS  3328(AX), Z1, Z1
-	VMAXPS  3392(AX), Z2, Z2
-	VMAXPS  3456(AX), Z3, Z3
-	VMAXPS  3520(AX), Z4, Z4
-	VMAXPS  3584(AX), Z1, Z1
-	VMAXPS  3648(AX), Z2, Z2
-	VMAXPS  3712(AX), Z3, Z3
-	VMAXPS  3776(AX), Z4, Z4
-	VMAXPS  3840(AX), Z1, Z1
-	VMAXPS  3904(AX), Z2, Z2
-	VMAXPS  3968(AX), Z3, Z3
-	VMAXPS  4032(AX), Z4, Z4
-	VMAXPS  4096(AX), Z1, Z1
-	VMAXPS  4160(AX), Z2, Z2
-	VMAXPS  4224(AX), Z3, Z3
-	VMAXPS  4288(AX), Z4, Z4
-	VMAXPS  4352(AX), Z1, Z1
-	VMAXPS  4416(AX), Z2, Z2
-	VMAXPS  4480(AX), Z3, Z3
-	VMAXPS  4544(AX), Z4, Z4
-	VMAXPS  4608(AX), Z1, Z1
-	VMAXPS  4672(AX), Z2, Z2
-	VMAXPS  4736(AX), Z3, Z3
-	VMAXPS  4800(AX), Z4, Z4
-	VMAXPS  4864(AX), Z1, Z1
-	VMAXPS  4928(AX), Z2, Z2
-	VMAXPS  4992(AX), Z3, Z3
-	VMAXPS  5056(AX), Z4, Z4
-	VMAXPS  5120(AX), Z1, Z1
-	VMAXPS  5184(AX), Z2, Z2
-	VMAXPS  5248(AX), Z3, Z3
-	VMAXPS  5312(AX), Z4, Z4
-	VMAXPS  5376(AX), Z1, Z1
-	VMAXPS  5440(AX), Z2, Z2
-	VMAXPS  5504(AX), Z3, Z3
-	VMAXPS  5568(AX), Z4, Z4
-	VMAXPS  5632(AX), Z1, Z1
-	VMAXPS  5696(AX), Z2, Z2
-	VMAXPS  5760(AX), Z3, Z3
-	VMAXPS  5824(AX), Z4, Z4
-	VMAXPS  5888(AX), Z1, Z1
-	VMAXPS  5952(AX), Z2, Z2
-	VMAXPS  6016(AX), Z3, Z3
-	VMAXPS  6080(AX), Z4, Z4
-	VMAXPS  6144(AX), Z1, Z1
-	VMAXPS  6208(AX), Z2, Z2
-	VMAXPS  6272(AX), Z3, Z3
-	VMAXPS  6336(AX), Z4, Z4
-	VMAXPS  6400(AX), Z1, Z1
-	VMAXPS  6464(AX), Z2, Z2
-	VMAXPS  6528(AX), Z3, Z3
-	VMAXPS  6592(AX), Z4, Z4
-	VMAXPS  6656(AX), Z1, Z1
-	VMAXPS  6720(AX), Z2, Z2
-	VMAXPS  6784(AX), Z3, Z3
-	VMAXPS  6848(AX), Z4, Z4
-	VMAXPS  6912(AX), Z1, Z1
-	VMAXPS  6976(AX), Z2, Z2
-	VMAXPS  7040(AX), Z3, Z3
-	VMAXPS  7104(AX), Z4, Z4
-	VMAXPS  7168(AX), Z1, Z1
-	VMAXPS  7232(AX), Z2, Z2
-	VMAXPS  7296(AX), Z3, Z3
-	VMAXPS  7360(AX), Z4, Z4
-	VMAXPS  7424(AX), Z1, Z1
-	VMAXPS  7488(AX), Z2, Z2
-	VMAXPS  7552(AX), Z3, Z3
-	VMAXPS  7616(AX), Z4, Z4
-	VMAXPS  7680(AX), Z1, Z1
-	VMAXPS  7744(AX), Z2, Z2
-	VMAXPS  7808(AX), Z3, Z3
-	VMAXPS  7872(AX), Z4, Z4
-	VMAXPS  7936(AX), Z1, Z1
-	VMAXPS  8000(AX), Z2, Z2
-	VMAXPS  8064(AX), Z3, Z3
-	VMAXPS  8128(AX), Z4, Z4
+mpanel:
+	CMPQ    AX, nfull+8(FP)
+	JGE     mmasked
+	VMOVUPS (CX), Z1
+	VMOVUPS 64(CX), Z2
+	VMOVUPS 128(CX), Z3
+	VMOVUPS 192(CX), Z4
+	VMAXPS  256(CX), Z1, Z1
+	VMAXPS  320(CX), Z2, Z2
+	VMAXPS  384(CX), Z3, Z3
+	VMAXPS  448(CX), Z4, Z4
+	VMAXPS  512(CX), Z1, Z1
+	VMAXPS  576(CX), Z2, Z2
+	VMAXPS  640(CX), Z3, Z3
+	VMAXPS  704(CX), Z4, Z4
+	VMAXPS  768(CX), Z1, Z1
+	VMAXPS  832(CX), Z2, Z2
+	VMAXPS  896(CX), Z3, Z3
+	VMAXPS  960(CX), Z4, Z4
+	VMAXPS  1024(CX), Z1, Z1
+	VMAXPS  1088(CX), Z2, Z2
+	VMAXPS  1152(CX), Z3, Z3
+	VMAXPS  1216(CX), Z4, Z4
+	VMAXPS  1280(CX), Z1, Z1
+	VMAXPS  1344(CX), Z2, Z2
+	VMAXPS  1408(CX), Z3, Z3
+	VMAXPS  1472(CX), Z4, Z4
+	VMAXPS  1536(CX), Z1, Z1
+	VMAXPS  1600(CX), Z2, Z2
+	VMAXPS  1664(CX), Z3, Z3
+	VMAXPS  1728(CX), Z4, Z4
+	VMAXPS  1792(CX), Z1, Z1
+	VMAXPS  1856(CX), Z2, Z2
+	VMAXPS  1920(CX), Z3, Z3
+	VMAXPS  1984(CX), Z4, Z4
+	VMAXPS  2048(CX), Z1, Z1
+	VMAXPS  2112(CX), Z2, Z2
+	VMAXPS  2176(CX), Z3, Z3
+	VMAXPS  2240(CX), Z4, Z4
+	VMAXPS  2304(CX), Z1, Z1
+	VMAXPS  2368(CX), Z2, Z2
+	VMAXPS  2432(CX), Z3, Z3
+	VMAXPS  2496(CX), Z4, Z4
+	VMAXPS  2560(CX), Z1, Z1
+	VMAXPS  2624(CX), Z2, Z2
+	VMAXPS  2688(CX), Z3, Z3
+	VMAXPS  2752(CX), Z4, Z4
+	VMAXPS  2816(CX), Z1, Z1
+	VMAXPS  2880(CX), Z2, Z2
+	VMAXPS  2944(CX), Z3, Z3
+	VMAXPS  3008(CX), Z4, Z4
+	VMAXPS  3072(CX), Z1, Z1
+	VMAXPS  3136(CX), Z2, Z2
+	VMAXPS  3200(CX), Z3, Z3
+	VMAXPS  3264(CX), Z4, Z4
+	VMAXPS  3328(CX), Z1, Z1
+	VMAXPS  3392(CX), Z2, Z2
+	VMAXPS  3456(CX), Z3, Z3
+	VMAXPS  3520(CX), Z4, Z4
+	VMAXPS  3584(CX), Z1, Z1
+	VMAXPS  3648(CX), Z2, Z2
+	VMAXPS  3712(CX), Z3, Z3
+	VMAXPS  3776(CX), Z4, Z4
+	VMAXPS  3840(CX), Z1, Z1
+	VMAXPS  3904(CX), Z2, Z2
+	VMAXPS  3968(CX), Z3, Z3
+	VMAXPS  4032(CX), Z4, Z4
+	VMAXPS  4096(CX), Z1, Z1
+	VMAXPS  4160(CX), Z2, Z2
+	VMAXPS  4224(CX), Z3, Z3
+	VMAXPS  4288(CX), Z4, Z4
+	VMAXPS  4352(CX), Z1, Z1
+	VMAXPS  4416(CX), Z2, Z2
+	VMAXPS  4480(CX), Z3, Z3
+	VMAXPS  4544(CX), Z4, Z4
+	VMAXPS  4608(CX), Z1, Z1
+	VMAXPS  4672(CX), Z2, Z2
+	VMAXPS  4736(CX), Z3, Z3
+	VMAXPS  4800(CX), Z4, Z4
+	VMAXPS  4864(CX), Z1, Z1
+	VMAXPS  4928(CX), Z2, Z2
+	VMAXPS  4992(CX), Z3, Z3
+	VMAXPS  5056(CX), Z4, Z4
+	VMAXPS  5120(CX), Z1, Z1
+	VMAXPS  5184(CX), Z2, Z2
+	VMAXPS  5248(CX), Z3, Z3
+	VMAXPS  5312(CX), Z4, Z4
+	VMAXPS  5376(CX), Z1, Z1
+	VMAXPS  5440(CX), Z2, Z2
+	VMAXPS  5504(CX), Z3, Z3
+	VMAXPS  5568(CX), Z4, Z4
+	VMAXPS  5632(CX), Z1, Z1
+	VMAXPS  5696(CX), Z2, Z2
+	VMAXPS  5760(CX), Z3, Z3
+	VMAXPS  5824(CX), Z4, Z4
+	VMAXPS  5888(CX), Z1, Z1
+	VMAXPS  5952(CX), Z2, Z2
+	VMAXPS  6016(CX), Z3, Z3
+	VMAXPS  6080(CX), Z4, Z4
+	VMAXPS  6144(CX), Z1, Z1
+	VMAXPS  6208(CX), Z2, Z2
+	VMAXPS  6272(CX), Z3, Z3
+	VMAXPS  6336(CX), Z4, Z4
+	VMAXPS  6400(CX), Z1, Z1
+	VMAXPS  6464(CX), Z2, Z2
+	VMAXPS  6528(CX), Z3, Z3
+	VMAXPS  6592(CX), Z4, Z4
+	VMAXPS  6656(CX), Z1, Z1
+	VMAXPS  6720(CX), Z2, Z2
+	VMAXPS  6784(CX), Z3, Z3
+	VMAXPS  6848(CX), Z4, Z4
+	VMAXPS  6912(CX), Z1, Z1
+	VMAXPS  6976(CX), Z2, Z2
+	VMAXPS  7040(CX), Z3, Z3
+	VMAXPS  7104(CX), Z4, Z4
+	VMAXPS  7168(CX), Z1, Z1
+	VMAXPS  7232(CX), Z2, Z2
+	VMAXPS  7296(CX), Z3, Z3
+	VMAXPS  7360(CX), Z4, Z4
+	VMAXPS  7424(CX), Z1, Z1
+	VMAXPS  7488(CX), Z2, Z2
+	VMAXPS  7552(CX), Z3, Z3
+	VMAXPS  7616(CX), Z4, Z4
+	VMAXPS  7680(CX), Z1, Z1
+	VMAXPS  7744(CX), Z2, Z2
+	VMAXPS  7808(CX), Z3, Z3
+	VMAXPS  7872(CX), Z4, Z4
+	VMAXPS  7936(CX), Z1, Z1
+	VMAXPS  8000(CX), Z2, Z2
+	VMAXPS  8064(CX), Z3, Z3
+	VMAXPS  8128(CX), Z4, Z4
 	VMAXPS  Z2, Z1, Z1
 	VMAXPS  Z4, Z3, Z3
 	VMAXPS  Z3, Z1, Z1
-	JMP     sgrow
+	JMP     mgrow
 
-smasked:
+mmasked:
 	VBROADCASTSS negInf<>+0(SB), Z4
-	MOVQ         64(SP), CX
-	VMOVDQU32    (CX), Z2
-	MOVQ         (SP), CX
-	SHLQ         $0x07, CX
-	VPBROADCASTD CX, Z3
-	MOVL         $0x00000001, CX
-	VPBROADCASTD CX, Z5
+	MOVQ         BX, SI
+	SHLQ         $0x06, SI
+	ADDQ         lim_base+152(FP), SI
+	VMOVDQU32    (SI), Z2
+	MOVQ         AX, SI
+	SHLQ         $0x07, SI
+	VPBROADCASTD SI, Z3
+	MOVL         $0x00000001, SI
+	VPBROADCASTD SI, Z5
 	VMOVAPS      Z4, Z1
-	MOVQ         $0x00000080, CX
+	MOVQ         CX, DI
+	MOVQ         $0x00000080, SI
 
-smloop:
-	VMOVUPS (AX), Z6
+mmloop:
+	VMOVUPS (DI), Z6
 	VPCMPD  $0x05, Z2, Z3, K1
 	VMOVAPS Z4, K1, Z6
-	VMOVUPS Z6, (AX)
+	VMOVUPS Z6, (DI)
 	VMAXPS  Z6, Z1, Z1
 	VPADDD  Z5, Z3, Z3
-	ADDQ    $0x40, AX
-	DECQ    CX
-	JNZ     smloop
+	ADDQ    $0x40, DI
+	DECQ    SI
+	JNZ     mmloop
 
-sgrow:
-	MOVQ         48(SP), AX
-	VMOVUPS      (AX), Z2
+mgrow:
+	MOVQ         BX, SI
+	SHLQ         $0x06, SI
+	LEAQ         120(SP), DI
+	ADDQ         SI, DI
+	ADDQ         m_base+176(FP), SI
+	LEAQ         376(SP), R8
+	VMOVUPS      (SI), Z2
 	VMULPS       Z0, Z1, Z1
 	VADDPS.BCST  amxThreshold<>+0(SB), Z2, Z3
 	VCMPPS       $0x1e, Z3, Z1, K1
+	VBROADCASTSS one<>+0(SB), Z3
+	XORQ         R9, R9
 	KORTESTW     K1, K1
-	JZ           sexp
-	VMOVAPS      Z2, Z3
-	VMOVAPS      Z1, K1, Z3
-	VSUBPS.Z     Z3, Z2, K1, Z1
-	VBROADCASTSS exp2Min<>+0(SB), Z2
-	VBROADCASTSS exp2Magic<>+0(SB), Z4
+	JZ           mkeep
+	INCQ         R9
+	VMOVAPS      Z2, Z4
+	VMOVAPS      Z1, K1, Z4
+	VSUBPS.Z     Z4, Z2, K1, Z3
+	VBROADCASTSS exp2Min<>+0(SB), Z1
+	VBROADCASTSS exp2Magic<>+0(SB), Z2
 	VBROADCASTSS exp2C1<>+0(SB), Z5
 	VBROADCASTSS exp2C2<>+0(SB), Z6
 	VBROADCASTSS exp2C3<>+0(SB), Z7
 	VBROADCASTSS exp2C4<>+0(SB), Z8
 	VBROADCASTSS exp2C5<>+0(SB), Z9
 	VBROADCASTSS one<>+0(SB), Z10
-	VMAXPS       Z1, Z2, Z1
-	VADDPS       Z4, Z1, Z2
-	VSUBPS       Z4, Z2, Z4
-	VSUBPS       Z4, Z1, Z1
-	VMOVAPS      Z9, Z4
-	VFMADD213PS  Z8, Z1, Z4
-	VFMADD213PS  Z7, Z1, Z4
-	VFMADD213PS  Z6, Z1, Z4
-	VFMADD213PS  Z5, Z1, Z4
-	VFMADD213PS  Z10, Z1, Z4
-	VPSLLD       $0x17, Z2, Z2
-	VMULPS       Z2, Z4, Z1
-	VMOVUPS      Z3, (AX)
-	VMOVAPS      Z3, Z2
-	MOVQ         56(SP), AX
-	VMULPS       (AX), Z1, Z3
-	VMOVUPS      Z3, (AX)
-	MOVQ         72(SP), AX
-	MOVQ         dp+24(FP), CX
-	SHRQ         $0x02, CX
+	VMAXPS       Z3, Z1, Z3
+	VADDPS       Z2, Z3, Z1
+	VSUBPS       Z2, Z1, Z2
+	VSUBPS       Z2, Z3, Z3
+	VMOVAPS      Z9, Z2
+	VFMADD213PS  Z8, Z3, Z2
+	VFMADD213PS  Z7, Z3, Z2
+	VFMADD213PS  Z6, Z3, Z2
+	VFMADD213PS  Z5, Z3, Z2
+	VFMADD213PS  Z10, Z3, Z2
+	VPSLLD       $0x17, Z1, Z1
+	VMULPS       Z1, Z2, Z3
+	VMOVUPS      Z4, (SI)
 
-srescale:
-	VMULPS  (AX), Z1, Z3
-	VMOVUPS Z3, (AX)
-	VMULPS  64(AX), Z1, Z3
-	VMOVUPS Z3, 64(AX)
-	VMULPS  128(AX), Z1, Z3
-	VMOVUPS Z3, 128(AX)
-	VMULPS  192(AX), Z1, Z3
-	VMOVUPS Z3, 192(AX)
-	ADDQ    $0x00000100, AX
-	DECQ    CX
-	JNZ     srescale
+mkeep:
+	VMOVUPS Z3, (DI)
+	MOVQ    R9, (R8)(BX*8)
+	ADDQ    $0x00002000, CX
+	INCQ    BX
+	CMPQ    BX, DX
+	JL      mpanel
+	MOVQ    (SP), AX
+	XORQ    CX, CX
+	MOVQ    CX, 8(SP)
+	MOVQ    CX, 48(SP)
+	INCQ    AX
+	CMPQ    AX, nblk+16(FP)
+	JGE     nonext
+	MOVQ    npp+0(FP), CX
+	MOVQ    dp+24(FP), DX
+	SHRQ    $0x05, DX
+	IMULQ   DX, CX
+	SHLQ    $0x02, CX
+	MOVQ    CX, 8(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+	MOVQ    CX, 24(SP)
+	MOVQ    dp+24(FP), DX
+	SHLQ    $0x08, DX
+	IMULQ   AX, DX
+	ADDQ    kb_base+56(FP), DX
+	MOVQ    DX, 32(SP)
+	MOVQ    AX, DX
+	ANDQ    $0x01, DX
+	SHLQ    $0x0f, DX
+	ADDQ    st_base+104(FP), DX
+	MOVQ    DX, 40(SP)
 
-sexp:
-	VCMPPS.BCST  $0x04, negInf<>+0(SB), Z2, K1
-	VMOVAPS.Z    Z2, K1, Z1
-	VBROADCASTSS exp2Min<>+0(SB), Z2
-	VBROADCASTSS exp2Magic<>+0(SB), Z3
-	VBROADCASTSS exp2C1<>+0(SB), Z4
-	VBROADCASTSS exp2C2<>+0(SB), Z5
-	VBROADCASTSS exp2C3<>+0(SB), Z6
-	VBROADCASTSS exp2C4<>+0(SB), Z7
-	VBROADCASTSS exp2C5<>+0(SB), Z8
-	VBROADCASTSS one<>+0(SB), Z9
-	VMOVDQU16    amxPairs<>+0(SB), Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	MOVQ         32(SP), AX
-	MOVQ         40(SP), CX
-	MOVQ         $0x00000020, DX
+nonext:
+	MOVQ  (SP), AX
+	TESTQ AX, AX
+	JZ    noprev
+	DECQ  AX
+	MOVQ  npp+0(FP), CX
+	MOVQ  dp+24(FP), DX
+	SHRQ  $0x05, DX
+	IMULQ DX, CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, 48(SP)
+	XORQ  CX, CX
+	MOVQ  CX, 56(SP)
+	MOVQ  CX, 64(SP)
+	MOVQ  acc_base+224(FP), DX
+	MOVQ  DX, 72(SP)
+	MOVQ  dp+24(FP), DX
+	SHLQ  $0x08, DX
+	IMULQ AX, DX
+	ADDQ  vb_base+80(FP), DX
+	MOVQ  DX, 80(SP)
+	MOVQ  AX, DX
+	ANDQ  $0x01, DX
+	SHLQ  $0x0e, DX
+	ADDQ  pb_base+128(FP), DX
+	MOVQ  DX, 88(SP)
 
-seloop:
-	VMOVUPS        (AX), Z13
-	VFMSUB213PS    Z1, Z0, Z13
-	VMOVUPS        64(AX), Z14
-	VFMSUB213PS    Z1, Z0, Z14
-	VMOVUPS        128(AX), Z15
-	VFMSUB213PS    Z1, Z0, Z15
-	VMOVUPS        192(AX), Z16
-	VFMSUB213PS    Z1, Z0, Z16
-	VMAXPS         Z13, Z2, Z13
-	VMAXPS         Z14, Z2, Z14
-	VMAXPS         Z15, Z2, Z15
-	VMAXPS         Z16, Z2, Z16
-	VADDPS         Z3, Z13, Z17
-	VADDPS         Z3, Z14, Z18
-	VADDPS         Z3, Z15, Z19
-	VADDPS         Z3, Z16, Z20
-	VSUBPS         Z3, Z17, Z21
-	VSUBPS         Z3, Z18, Z22
-	VSUBPS         Z3, Z19, Z23
-	VSUBPS         Z3, Z20, Z24
+noprev:
+	MOVQ         8(SP), AX
+	ADDQ         48(SP), AX
+	MOVQ         AX, 104(SP)
+	MOVQ         npp+0(FP), AX
+	SHLQ         $0x06, AX
+	MOVQ         AX, 112(SP)
+	SHRQ         $0x01, AX
+	MOVQ         AX, 96(SP)
+	MOVQ         (SP), AX
+	MOVQ         AX, CX
+	ANDQ         $0x01, CX
+	SHLQ         $0x0f, CX
+	ADDQ         st_base+104(FP), CX
+	ANDQ         $0x01, AX
+	SHLQ         $0x0e, AX
+	ADDQ         pb_base+128(FP), AX
+	MOVQ         npp+0(FP), DX
+	SHLQ         $0x01, DX
+	XORQ         BX, BX
+	VBROADCASTSS c+248(FP), Z0
+	VBROADCASTSS exp2Min<>+0(SB), Z1
+	VBROADCASTSS exp2Magic<>+0(SB), Z2
+	VBROADCASTSS exp2C1<>+0(SB), Z3
+	VBROADCASTSS exp2C2<>+0(SB), Z4
+	VBROADCASTSS exp2C3<>+0(SB), Z5
+	VBROADCASTSS exp2C4<>+0(SB), Z6
+	VBROADCASTSS exp2C5<>+0(SB), Z7
+	VBROADCASTSS one<>+0(SB), Z8
+	VMOVDQU16    amxPairs<>+0(SB), Z9
+
+epanel:
+	MOVQ        BX, SI
+	SHLQ        $0x06, SI
+	ADDQ        m_base+176(FP), SI
+	VMOVUPS     (SI), Z10
+	VCMPPS.BCST $0x04, negInf<>+0(SB), Z10, K1
+	VMOVAPS.Z   Z10, K1, Z10
+	VXORPS      Z11, Z11, Z11
+	VXORPS      Z12, Z12, Z12
+	MOVQ        $0x00000020, SI
+
+eloop:
+	VMOVUPS        (CX), Z13
+	VFMSUB213PS    Z10, Z0, Z13
+	VMOVUPS        64(CX), Z14
+	VFMSUB213PS    Z10, Z0, Z14
+	VMOVUPS        128(CX), Z15
+	VFMSUB213PS    Z10, Z0, Z15
+	VMOVUPS        192(CX), Z16
+	VFMSUB213PS    Z10, Z0, Z16
+	VMAXPS         Z13, Z1, Z13
+	VMAXPS         Z14, Z1, Z14
+	VMAXPS         Z15, Z1, Z15
+	VMAXPS         Z16, Z1, Z16
+	VADDPS         Z2, Z13, Z17
+	VADDPS         Z2, Z14, Z18
+	VADDPS         Z2, Z15, Z19
+	VADDPS         Z2, Z16, Z20
+	VSUBPS         Z2, Z17, Z21
+	VSUBPS         Z2, Z18, Z22
+	VSUBPS         Z2, Z19, Z23
+	VSUBPS         Z2, Z20, Z24
 	VSUBPS         Z21, Z13, Z13
 	VSUBPS         Z22, Z14, Z14
 	VSUBPS         Z23, Z15, Z15
 	VSUBPS         Z24, Z16, Z16
-	VMOVAPS        Z8, Z21
-	VMOVAPS        Z8, Z22
-	VMOVAPS        Z8, Z23
-	VMOVAPS        Z8, Z24
-	VFMADD213PS    Z7, Z13, Z21
-	VFMADD213PS    Z7, Z14, Z22
-	VFMADD213PS    Z7, Z15, Z23
-	VFMADD213PS    Z7, Z16, Z24
+	VMOVAPS        Z7, Z21
+	VMOVAPS        Z7, Z22
+	VMOVAPS        Z7, Z23
+	VMOVAPS        Z7, Z24
 	VFMADD213PS    Z6, Z13, Z21
 	VFMADD213PS    Z6, Z14, Z22
 	VFMADD213PS    Z6, Z15, Z23
@@ -73570,10 +73731,14 @@ seloop:
 	VFMADD213PS    Z4, Z14, Z22
 	VFMADD213PS    Z4, Z15, Z23
 	VFMADD213PS    Z4, Z16, Z24
-	VFMADD213PS    Z9, Z13, Z21
-	VFMADD213PS    Z9, Z14, Z22
-	VFMADD213PS    Z9, Z15, Z23
-	VFMADD213PS    Z9, Z16, Z24
+	VFMADD213PS    Z3, Z13, Z21
+	VFMADD213PS    Z3, Z14, Z22
+	VFMADD213PS    Z3, Z15, Z23
+	VFMADD213PS    Z3, Z16, Z24
+	VFMADD213PS    Z8, Z13, Z21
+	VFMADD213PS    Z8, Z14, Z22
+	VFMADD213PS    Z8, Z15, Z23
+	VFMADD213PS    Z8, Z16, Z24
 	VPSLLD         $0x17, Z17, Z17
 	VMULPS         Z17, Z21, Z13
 	VPSLLD         $0x17, Z18, Z18
@@ -73587,116 +73752,516 @@ seloop:
 	VADDPS         Z15, Z11, Z11
 	VADDPS         Z16, Z12, Z12
 	BYTE $0x62; BYTE $0x52; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xed // VCVTNE2PS2BF16 Z13, Z14, Z13
-	VPERMW         Z13, Z10, Z13
-	VMOVDQU16      Z13, (CX)
+	VPERMW         Z13, Z9, Z13
+	VMOVDQU16      Z13, (AX)
 	BYTE $0x62; BYTE $0x52; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xef // VCVTNE2PS2BF16 Z15, Z16, Z13
-	VPERMW         Z13, Z10, Z13
-	VMOVDQU16      Z13, 64(CX)
-	ADDQ           $0x00000100, AX
-	ADDQ           $0x00000080, CX
-	DECQ           DX
-	JNZ            seloop
-	VADDPS         Z12, Z11, Z11
-	MOVQ           56(SP), AX
-	VADDPS         (AX), Z11, Z11
-	VMOVUPS        Z11, (AX)
-	MOVQ           32(SP), AX
-	ADDQ           $0x00002000, AX
-	MOVQ           AX, 32(SP)
-	MOVQ           40(SP), AX
-	ADDQ           $0x00001000, AX
-	MOVQ           AX, 40(SP)
-	MOVQ           48(SP), AX
-	ADDQ           $0x00000040, AX
-	MOVQ           AX, 48(SP)
-	MOVQ           56(SP), AX
-	ADDQ           $0x00000040, AX
-	MOVQ           AX, 56(SP)
-	MOVQ           64(SP), AX
-	ADDQ           $0x00000040, AX
-	MOVQ           AX, 64(SP)
-	MOVQ           dp+24(FP), AX
-	SHLQ           $0x06, AX
-	MOVQ           72(SP), CX
-	ADDQ           AX, CX
-	MOVQ           CX, 72(SP)
-	MOVQ           24(SP), AX
-	DECQ           AX
-	MOVQ           AX, 24(SP)
-	JNZ            spanel
-	MOVQ           $0x00000040, AX
-	MOVQ           $0x00000100, CX
-	MOVQ           16(SP), DX
-	MOVQ           acc_base+224(FP), BX
-	MOVQ           dp+24(FP), SI
-	SHLQ           $0x06, SI
-	MOVQ           dp+24(FP), DI
-	SHRQ           $0x05, DI
+	VPERMW         Z13, Z9, Z13
+	VMOVDQU16      Z13, 64(AX)
+	MOVQ           96(SP), DI
+	ADDQ           104(SP), DI
+	MOVQ           DI, 96(SP)
 
-vcols:
-	MOVQ npp+0(FP), R9
-	MOVQ pb_base+128(FP), R10
-	MOVQ BX, R8
+ecredit:
+	MOVQ     96(SP), DI
+	CMPQ     DI, 112(SP)
+	JL       epaid
+	SUBQ     112(SP), DI
+	MOVQ     DI, 96(SP)
+	MOVQ     8(SP), DI
+	TESTQ    DI, DI
+	JZ       evalues
+	DECQ     DI
+	MOVQ     DI, 8(SP)
+	MOVQ     16(SP), DI
+	TESTQ    DI, DI
+	JNZ      esnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO $0x03
 
-vpair:
-	LEAQ       (R8)(SI*1), R11
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILELOADD (R8)(AX*1), $0x00
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x03 // TILELOADD (R11)(AX*1), $0x01
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R8)(AX*1), $0x02
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R11)(AX*1), $0x03
+esnz:
+	MOVQ       dp+24(FP), R8
+	SHLQ       $0x01, R8
+	MOVQ       DI, R9
+	SHLQ       $0x06, R9
+	ADDQ       32(SP), R9
+	MOVQ       R8, R10
+	SHLQ       $0x04, R10
+	ADDQ       R9, R10
+	MOVQ       DI, R11
+	SHLQ       $0x0c, R11
+	MOVQ       24(SP), R12
+	SHLQ       $0x0b, R12
+	ADDQ       R12, R11
+	ADDQ       qb_base+32(FP), R11
+	MOVQ       $0x00000040, R13
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x01 // TILELOADD (R9)(R8*1), $0x04
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x02 // TILELOADD (R10)(R8*1), $0x05
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x2b // TILELOADD (R11)(R13*1), $0x06
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x2b; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R11)(R13*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       DI
+	MOVQ       dp+24(FP), R12
+	SHRQ       $0x05, R12
+	CMPQ       DI, R12
+	JL         eskeep
+	MOVQ       24(SP), R9
+	MOVQ       R9, DI
+	SHLQ       $0x0e, DI
+	ADDQ       40(SP), DI
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x2f // TILESTORED $0x00, (DI)(R13*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x2f; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(DI)(R13*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x2f; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(DI)(R13*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x2f; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(DI)(R13*1)
+	XORQ       DI, DI
+	INCQ       R9
+	CMPQ       R9, npp+0(FP)
+	JL         esppkeep
+	XORQ       R9, R9
+	SHLQ       $0x05, R8
+	ADDQ       R8, 32(SP)
+	ADDQ       $0x00000800, 40(SP)
+
+esppkeep:
+	MOVQ R9, 24(SP)
+
+eskeep:
+	MOVQ DI, 16(SP)
+	JMP  edone
+
+evalues:
+	MOVQ      48(SP), DI
+	TESTQ     DI, DI
+	JZ        edone
+	DECQ      DI
+	MOVQ      DI, 48(SP)
+	MOVQ      dp+24(FP), DI
+	SHLQ      $0x06, DI
+	MOVQ      64(SP), R8
+	IMULQ     DI, R8
+	SHLQ      $0x01, R8
+	ADDQ      72(SP), R8
+	LEAQ      (R8)(DI*1), R9
+	MOVQ      $0x00000040, R10
+	MOVQ      56(SP), DI
+	TESTQ     DI, DI
+	JNZ       evnz
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x10 // TILELOADD (R8)(R10*1), $0x00
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x11 // TILELOADD (R9)(R10*1), $0x01
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R8)(R10*1), $0x02
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x11; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R9)(R10*1), $0x03
+
+evnz:
+	MOVQ       DI, R11
+	SHLQ       $0x06, R11
+	ADDQ       80(SP), R11
+	MOVQ       DI, R12
+	SHLQ       $0x0a, R12
+	MOVQ       64(SP), R13
+	SHLQ       $0x0d, R13
+	ADDQ       R13, R12
+	ADDQ       88(SP), R12
+	MOVQ       $0x00000100, R13
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x2b // TILELOADD (R11)(R13*1), $0x04
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x2b; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(R11)(R13*1), $0x05
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x14 // TILELOADD (R12)(R10*1), $0x06
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x14; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(R12)(R10*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       DI
+	CMPQ       DI, $0x04
+	JL         evkeep
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x10 // TILESTORED $0x00, (R8)(R10*1)
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x11 // TILESTORED $0x01, (R9)(R10*1)
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(R8)(R10*1)
+	BYTE $0xc4; BYTE $0x82; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x11; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(R9)(R10*1)
+	XORQ       DI, DI
+	MOVQ       64(SP), R8
+	INCQ       R8
+	CMPQ       R8, npp+0(FP)
+	JL         evppkeep
+	XORQ       R8, R8
+	ADDQ       $0x00000800, 72(SP)
+	ADDQ       $0x00002000, 80(SP)
+
+evppkeep:
+	MOVQ R8, 64(SP)
+
+evkeep:
+	MOVQ DI, 56(SP)
+
+edone:
+	JMP ecredit
+
+epaid:
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000080, AX
+	DECQ    SI
+	JNZ     eloop
+	MOVQ    BX, DI
+	SHLQ    $0x06, DI
+	LEAQ    408(SP), SI
+	ADDQ    SI, DI
+	VADDPS  Z12, Z11, Z11
+	VMOVUPS Z11, (DI)
+	INCQ    BX
+	CMPQ    BX, DX
+	JL      epanel
+
+blkflush:
+	MOVQ     8(SP), AX
+	ADDQ     48(SP), AX
+	JZ       blkflushed
+	MOVQ     8(SP), AX
+	TESTQ    AX, AX
+	JZ       blkfvalues
+	DECQ     AX
+	MOVQ     AX, 8(SP)
+	MOVQ     16(SP), AX
+	TESTQ    AX, AX
+	JNZ      blkfsnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO $0x03
+
+blkfsnz:
+	MOVQ       dp+24(FP), CX
+	SHLQ       $0x01, CX
+	MOVQ       AX, DX
+	SHLQ       $0x06, DX
+	ADDQ       32(SP), DX
+	MOVQ       CX, BX
+	SHLQ       $0x04, BX
+	ADDQ       DX, BX
+	MOVQ       AX, SI
+	SHLQ       $0x0c, SI
+	MOVQ       24(SP), DI
+	SHLQ       $0x0b, DI
+	ADDQ       DI, SI
+	ADDQ       qb_base+32(FP), SI
+	MOVQ       $0x00000040, R8
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0a // TILELOADD (DX)(CX*1), $0x04
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(DX)(CX*1), $0x05
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x02 // TILELOADD (R10)(AX*1), $0x06
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(R10)(AX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0b // TILELOADD (BX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x06
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x06; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(SI)(R8*1), $0x07
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x64; BYTE $0x0a; BYTE $0x40 // TILELOADD 64(DX)(CX*1), $0x04
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x40; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4160(DX)(CX*1), $0x05
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(R10)(AX*1), $0x06
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x14; BYTE $0x00; BYTE $0x00 // TILELOADD 5120(R10)(AX*1), $0x07
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xa4; BYTE $0x0a; BYTE $0x80; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD 128(DX)(CX*1), $0x04
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0x80; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4224(DX)(CX*1), $0x05
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00 // TILELOADD 2048(R10)(AX*1), $0x06
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x18; BYTE $0x00; BYTE $0x00 // TILELOADD 6144(R10)(AX*1), $0x07
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xa4; BYTE $0x0a; BYTE $0xc0; BYTE $0x00; BYTE $0x00; BYTE $0x00 // TILELOADD 192(DX)(CX*1), $0x04
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0a; BYTE $0xc0; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4288(DX)(CX*1), $0x05
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xb4; BYTE $0x02; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00 // TILELOADD 3072(R10)(AX*1), $0x06
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x02; BYTE $0x00; BYTE $0x1c; BYTE $0x00; BYTE $0x00 // TILELOADD 7168(R10)(AX*1), $0x07
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
-	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILESTORED $0x00, (R8)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x03 // TILESTORED $0x01, (R11)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(R8)(AX*1)
-	BYTE $0xc4; BYTE $0xc2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x03; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(R11)(AX*1)
-	LEAQ       (R11)(SI*1), R8
-	ADDQ       $0x00002000, R10
-	DECQ       R9
-	JNZ        vpair
-	ADDQ       $0x00002000, DX
-	ADDQ       $0x00000800, BX
-	DECQ       DI
-	JNZ        vcols
-	MOVQ       dp+24(FP), AX
-	SHLQ       $0x08, AX
-	ADDQ       AX, 8(SP)
-	ADDQ       AX, 16(SP)
-	MOVQ       (SP), AX
 	INCQ       AX
-	MOVQ       AX, (SP)
-	CMPQ       AX, nblk+16(FP)
-	JL         block
+	MOVQ       dp+24(FP), DI
+	SHRQ       $0x05, DI
+	CMPQ       AX, DI
+	JL         blkfskeep
+	MOVQ       24(SP), DX
+	MOVQ       DX, AX
+	SHLQ       $0x0e, AX
+	ADDQ       40(SP), AX
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILESTORED $0x00, (AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x00; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x00; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(AX)(R8*1)
+	XORQ       AX, AX
+	INCQ       DX
+	CMPQ       DX, npp+0(FP)
+	JL         blkfsppkeep
+	XORQ       DX, DX
+	SHLQ       $0x05, CX
+	ADDQ       CX, 32(SP)
+	ADDQ       $0x00000800, 40(SP)
+
+blkfsppkeep:
+	MOVQ DX, 24(SP)
+
+blkfskeep:
+	MOVQ AX, 16(SP)
+	JMP  blkfdone
+
+blkfvalues:
+	MOVQ      48(SP), AX
+	TESTQ     AX, AX
+	JZ        blkfdone
+	DECQ      AX
+	MOVQ      AX, 48(SP)
+	MOVQ      dp+24(FP), AX
+	SHLQ      $0x06, AX
+	MOVQ      64(SP), CX
+	IMULQ     AX, CX
+	SHLQ      $0x01, CX
+	ADDQ      72(SP), CX
+	LEAQ      (CX)(AX*1), DX
+	MOVQ      $0x00000040, BX
+	MOVQ      56(SP), AX
+	TESTQ     AX, AX
+	JNZ       blkfvnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILELOADD (CX)(BX*1), $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILELOADD (DX)(BX*1), $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(CX)(BX*1), $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(DX)(BX*1), $0x03
+
+blkfvnz:
+	MOVQ       AX, SI
+	SHLQ       $0x06, SI
+	ADDQ       80(SP), SI
+	MOVQ       AX, DI
+	SHLQ       $0x0a, DI
+	MOVQ       64(SP), R8
+	SHLQ       $0x0d, R8
+	ADDQ       R8, DI
+	ADDQ       88(SP), DI
+	MOVQ       $0x00000100, R8
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x04
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x06; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(SI)(R8*1), $0x05
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x1f // TILELOADD (DI)(BX*1), $0x06
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x1f; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(DI)(BX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       AX
+	CMPQ       AX, $0x04
+	JL         blkfvkeep
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILESTORED $0x00, (CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILESTORED $0x01, (DX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(DX)(BX*1)
+	XORQ       AX, AX
+	MOVQ       64(SP), CX
+	INCQ       CX
+	CMPQ       CX, npp+0(FP)
+	JL         blkfvppkeep
+	XORQ       CX, CX
+	ADDQ       $0x00000800, 72(SP)
+	ADDQ       $0x00002000, 80(SP)
+
+blkfvppkeep:
+	MOVQ CX, 64(SP)
+
+blkfvkeep:
+	MOVQ AX, 56(SP)
+
+blkfdone:
+	JMP blkflush
+
+blkflushed:
+	MOVQ npp+0(FP), AX
+	SHLQ $0x01, AX
+	XORQ CX, CX
+	MOVQ acc_base+224(FP), DX
+
+rpanel:
+	MOVQ        CX, BX
+	SHLQ        $0x06, BX
+	LEAQ        120(SP), SI
+	ADDQ        BX, SI
+	LEAQ        408(SP), DI
+	ADDQ        BX, DI
+	VMOVUPS     (SI), Z0
+	MOVQ        l_base+200(FP), SI
+	ADDQ        BX, SI
+	VMOVUPS     (DI), Z1
+	VFMADD231PS (SI), Z0, Z1
+	VMOVUPS     Z1, (SI)
+	LEAQ        376(SP), BX
+	CMPQ        (BX)(CX*8), $0x00
+	JE          rnext
+	MOVQ        DX, BX
+	MOVQ        dp+24(FP), SI
+	SHRQ        $0x02, SI
+
+rrows:
+	VMULPS  (BX), Z0, Z1
+	VMOVUPS Z1, (BX)
+	VMULPS  64(BX), Z0, Z1
+	VMOVUPS Z1, 64(BX)
+	VMULPS  128(BX), Z0, Z1
+	VMOVUPS Z1, 128(BX)
+	VMULPS  192(BX), Z0, Z1
+	VMOVUPS Z1, 192(BX)
+	ADDQ    $0x00000100, BX
+	DECQ    SI
+	JNZ     rrows
+
+rnext:
+	MOVQ  dp+24(FP), BX
+	SHLQ  $0x06, BX
+	ADDQ  BX, DX
+	INCQ  CX
+	CMPQ  CX, AX
+	JL    rpanel
+	MOVQ  (SP), AX
+	INCQ  AX
+	MOVQ  AX, (SP)
+	CMPQ  AX, nblk+16(FP)
+	JL    block
+	MOVQ  (SP), AX
+	DECQ  AX
+	MOVQ  npp+0(FP), CX
+	MOVQ  dp+24(FP), DX
+	SHRQ  $0x05, DX
+	IMULQ DX, CX
+	SHLQ  $0x02, CX
+	MOVQ  CX, 48(SP)
+	XORQ  CX, CX
+	MOVQ  CX, 56(SP)
+	MOVQ  CX, 64(SP)
+	MOVQ  acc_base+224(FP), DX
+	MOVQ  DX, 72(SP)
+	MOVQ  dp+24(FP), DX
+	SHLQ  $0x08, DX
+	IMULQ AX, DX
+	ADDQ  vb_base+80(FP), DX
+	MOVQ  DX, 80(SP)
+	MOVQ  AX, DX
+	ANDQ  $0x01, DX
+	SHLQ  $0x0e, DX
+	ADDQ  pb_base+128(FP), DX
+	MOVQ  DX, 88(SP)
+
+epiflush:
+	MOVQ     8(SP), AX
+	ADDQ     48(SP), AX
+	JZ       epiflushed
+	MOVQ     8(SP), AX
+	TESTQ    AX, AX
+	JZ       epifvalues
+	DECQ     AX
+	MOVQ     AX, 8(SP)
+	MOVQ     16(SP), AX
+	TESTQ    AX, AX
+	JNZ      epifsnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // TILEZERO $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // TILEZERO $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // TILEZERO $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // TILEZERO $0x03
+
+epifsnz:
+	MOVQ       dp+24(FP), CX
+	SHLQ       $0x01, CX
+	MOVQ       AX, DX
+	SHLQ       $0x06, DX
+	ADDQ       32(SP), DX
+	MOVQ       CX, BX
+	SHLQ       $0x04, BX
+	ADDQ       DX, BX
+	MOVQ       AX, SI
+	SHLQ       $0x0c, SI
+	MOVQ       24(SP), DI
+	SHLQ       $0x0b, DI
+	ADDQ       DI, SI
+	ADDQ       qb_base+32(FP), SI
+	MOVQ       $0x00000040, R8
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0a // TILELOADD (DX)(CX*1), $0x04
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x2c; BYTE $0x0b // TILELOADD (BX)(CX*1), $0x05
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x06
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x06; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(SI)(R8*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       AX
+	MOVQ       dp+24(FP), DI
+	SHRQ       $0x05, DI
+	CMPQ       AX, DI
+	JL         epifskeep
+	MOVQ       24(SP), DX
+	MOVQ       DX, AX
+	SHLQ       $0x0e, AX
+	ADDQ       40(SP), AX
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x00 // TILESTORED $0x00, (AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x8c; BYTE $0x00; BYTE $0x00; BYTE $0x20; BYTE $0x00; BYTE $0x00 // TILESTORED $0x01, 8192(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(AX)(R8*1)
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x00; BYTE $0x00; BYTE $0x24; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 9216(AX)(R8*1)
+	XORQ       AX, AX
+	INCQ       DX
+	CMPQ       DX, npp+0(FP)
+	JL         epifsppkeep
+	XORQ       DX, DX
+	SHLQ       $0x05, CX
+	ADDQ       CX, 32(SP)
+	ADDQ       $0x00000800, 40(SP)
+
+epifsppkeep:
+	MOVQ DX, 24(SP)
+
+epifskeep:
+	MOVQ AX, 16(SP)
+	JMP  epifdone
+
+epifvalues:
+	MOVQ      48(SP), AX
+	TESTQ     AX, AX
+	JZ        epifdone
+	DECQ      AX
+	MOVQ      AX, 48(SP)
+	MOVQ      dp+24(FP), AX
+	SHLQ      $0x06, AX
+	MOVQ      64(SP), CX
+	IMULQ     AX, CX
+	SHLQ      $0x01, CX
+	ADDQ      72(SP), CX
+	LEAQ      (CX)(AX*1), DX
+	MOVQ      $0x00000040, BX
+	MOVQ      56(SP), AX
+	TESTQ     AX, AX
+	JNZ       epifvnz
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILELOADD (CX)(BX*1), $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILELOADD (DX)(BX*1), $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(CX)(BX*1), $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILELOADD 1024(DX)(BX*1), $0x03
+
+epifvnz:
+	MOVQ       AX, SI
+	SHLQ       $0x06, SI
+	ADDQ       80(SP), SI
+	MOVQ       AX, DI
+	SHLQ       $0x0a, DI
+	MOVQ       64(SP), R8
+	SHLQ       $0x0d, R8
+	ADDQ       R8, DI
+	ADDQ       88(SP), DI
+	MOVQ       $0x00000100, R8
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x06 // TILELOADD (SI)(R8*1), $0x04
+	BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x06; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(SI)(R8*1), $0x05
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x1f // TILELOADD (DI)(BX*1), $0x06
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xbc; BYTE $0x1f; BYTE $0x00; BYTE $0x10; BYTE $0x00; BYTE $0x00 // TILELOADD 4096(DI)(BX*1), $0x07
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xc4 // TDPBF16PS $0x06, $0x04, $0x00
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xcc // TDPBF16PS $0x07, $0x04, $0x01
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x4a; BYTE $0x5c; BYTE $0xd5 // TDPBF16PS $0x06, $0x05, $0x02
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x42; BYTE $0x5c; BYTE $0xdd // TDPBF16PS $0x07, $0x05, $0x03
+	INCQ       AX
+	CMPQ       AX, $0x04
+	JL         epifvkeep
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x19 // TILESTORED $0x00, (CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x0c; BYTE $0x1a // TILESTORED $0x01, (DX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x94; BYTE $0x19; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x02, 1024(CX)(BX*1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x9c; BYTE $0x1a; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // TILESTORED $0x03, 1024(DX)(BX*1)
+	XORQ       AX, AX
+	MOVQ       64(SP), CX
+	INCQ       CX
+	CMPQ       CX, npp+0(FP)
+	JL         epifvppkeep
+	XORQ       CX, CX
+	ADDQ       $0x00000800, 72(SP)
+	ADDQ       $0x00002000, 80(SP)
+
+epifvppkeep:
+	MOVQ CX, 64(SP)
+
+epifvkeep:
+	MOVQ AX, 56(SP)
+
+epifdone:
+	JMP epiflush
+
+epiflushed:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // TILERELEASE
 
 done:

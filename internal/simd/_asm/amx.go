@@ -20,9 +20,10 @@ import (
 //     first operand, 16 keys × 32 columns, read in place.
 //   - vb, the values of the blocks transposed, Vᵀ: dp rows of 128 keys,
 //     the first operand of Oᵀ += Vᵀ·Pᵀ, 16 columns × 32 keys.
-//   - st, the logits Sᵀ = K·Qᵀ of one block, for each panel 128 keys ×
-//     16 queries (one zmm a key), in float32.
-//   - pb, the probabilities of a block as the second operand of the
+//   - st, the logits Sᵀ = K·Qᵀ of two blocks (those of even blocks, then
+//     of odd ones), for each panel 128 keys × 16 queries (one zmm a
+//     key), in float32.
+//   - pb, the probabilities of two blocks as the second operand of the
 //     product with Vᵀ: for each panel 64 rows of 16 pairs (P[n][2j],
 //     P[n][2j+1]).
 //   - acc, the accumulator Oᵀ: for each panel dp rows of 16 float32.
@@ -79,9 +80,44 @@ func declareAMXConsts() {
 	amxThr = vecConst("amxThreshold", amxThreshold)
 }
 
+// amxFrame is the frame of attendTilesAMX: the block loop's counter and
+// the cursors of the two streams of tile work that run interleaved with
+// the softmax of a block.
+type amxFrame struct {
+	blk Mem
+	// Sᵀ = K·Qᵀ of the next block: steps left, the chunk of 32 columns
+	// and the pair of panels of the next step, and the row of K and the
+	// place in st of its 32 keys.
+	sLeft, sCh, sPP, sK, sSt Mem
+	// Oᵀ += Vᵀ·Pᵀ of the block before: steps left, the 32 keys and the
+	// pair of panels of the next step, the rows of the accumulator and
+	// of Vᵀ of its 32 columns, and the probabilities.
+	vLeft, vKC, vPP, vAcc, vV, vP Mem
+	// The steps are spread over the iterations of the softmax: credit
+	// grows by steps every iteration, and a step takes iters from it.
+	credit, steps, iters Mem
+	// For each panel: the rescale factor (a zmm), whether any lane has
+	// one other than 1, and the sum of the block's p (a zmm).
+	f, grow, sum Mem
+}
+
 // attendAMX emits attendTilesAMX.
+//
+// The tile work of a block is the product Sᵀ = K·Qᵀ, before its softmax,
+// and Oᵀ += Vᵀ·Pᵀ, after. Run in that order, the tiles and the vector
+// units would take turns; instead the kernel is software-pipelined: while
+// the softmax of block b runs in zmm registers, its loop issues, a few
+// instructions every few iterations, the tile steps (two loads of each
+// operand and four TDPBF16PS) of the logits of block b+1 and of the
+// product with the values of block b-1, which the tiles then execute
+// alongside. The logits and the probabilities are double-buffered (st and
+// pb hold two blocks each) so that the three never touch the same memory.
+// A block's softmax is in three phases: the maxima (and the masks) of
+// every panel, which fix m and the rescale factors; the exponentials,
+// with the tile work; and, once the tiles have added the block before,
+// the rescale of the accumulator where a maximum was raised, and of l.
 func attendAMX() {
-	TEXT("attendTilesAMX", NOSPLIT, "func(npp, nfull, nblk, dp int, qb, kb, vb []uint16, st []float32, pb []uint16, lim []int32, m, l, acc []float32, c float32)")
+	TEXT("attendTilesAMX", 0, "func(npp, nfull, nblk, dp int, qb, kb, vb []uint16, st []float32, pb []uint16, lim []int32, m, l, acc []float32, c float32)")
 	Pragma("noescape")
 	Doc(
 		"attendTilesAMX folds key blocks 0 … nblk-1 into npp pairs of panels of a query tile",
@@ -97,36 +133,80 @@ func attendAMX() {
 		LEAQ(amxTileCfg, cfg)
 		ldTileCfg(Mem{Base: cfg})
 	}
-	// The loop state lives in the frame, leaving the registers to the
-	// loops inside a block.
-	blk, kblk, vblk := AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	var a amxFrame
+	for _, m := range []*Mem{&a.blk, &a.sLeft, &a.sCh, &a.sPP, &a.sK, &a.sSt, &a.vLeft, &a.vKC, &a.vPP, &a.vAcc, &a.vV, &a.vP, &a.credit, &a.steps, &a.iters} {
+		*m = AllocLocal(8)
+	}
+	a.f, a.grow, a.sum = AllocLocal(4*64), AllocLocal(4*8), AllocLocal(4*64)
+
+	// The logits of block 0, alone.
 	{
 		z := GP64()
 		XORQ(z, z)
-		MOVQ(z, blk)
-		k := Load(Param("kb").Base(), GP64())
-		MOVQ(k, kblk)
-		v := Load(Param("vb").Base(), GP64())
-		MOVQ(v, vblk)
+		MOVQ(z, a.blk)
+		MOVQ(z, a.vLeft)
+		a.startLogits(z)
+		a.flush("pro")
 	}
 
 	Label("block")
-	amxLogits(kblk)
-	amxSoftmax(blk)
-	amxValues(vblk)
-
-	// Next block: 128 keys of dp columns further on in K and in Vᵀ.
 	{
-		step := Load(Param("dp"), GP64())
-		SHLQ(U8(8), step) // 128 keys · 2 bytes
-		ADDQ(step, kblk)
-		ADDQ(step, vblk)
 		b := GP64()
-		MOVQ(blk, b)
+		MOVQ(a.blk, b)
+		a.maxima(b)
+	}
+	// Start the tile work: the logits of the next block, the values of
+	// the one before, where there are such blocks.
+	{
+		b, z := GP64(), GP64()
+		MOVQ(a.blk, b)
+		XORQ(z, z)
+		MOVQ(z, a.sLeft)
+		MOVQ(z, a.vLeft)
 		INCQ(b)
-		MOVQ(b, blk)
+		CMPQ(b, addr(Param("nblk")))
+		JGE(LabelRef("nonext"))
+		a.startLogits(b)
+		Label("nonext")
+		MOVQ(a.blk, b)
+		TESTQ(b, b)
+		JZ(LabelRef("noprev"))
+		DECQ(b)
+		a.startValues(b)
+		Label("noprev")
+		n := GP64()
+		MOVQ(a.sLeft, n)
+		ADDQ(a.vLeft, n)
+		MOVQ(n, a.steps)
+		MOVQ(addr(Param("npp")), n)
+		SHLQ(U8(6), n) // 2·npp panels of 32 iterations
+		MOVQ(n, a.iters)
+		SHRQ(U8(1), n)
+		MOVQ(n, a.credit)
+	}
+	{
+		b := GP64()
+		MOVQ(a.blk, b)
+		a.exponentials(b)
+	}
+	a.flush("blk")
+	a.rescale()
+	{
+		b := GP64()
+		MOVQ(a.blk, b)
+		INCQ(b)
+		MOVQ(b, a.blk)
 		CMPQ(b, addr(Param("nblk")))
 		JL(LabelRef("block"))
+	}
+
+	// The values of the last block, alone.
+	{
+		b := GP64()
+		MOVQ(a.blk, b)
+		DECQ(b)
+		a.startValues(b)
+		a.flush("epi")
 	}
 	tileRelease()
 
@@ -135,106 +215,250 @@ func attendAMX() {
 	RET()
 }
 
-// amxLogits emits Sᵀ = K·Qᵀ for the block at kblk (a frame slot): for
-// each 32 keys and each pair of panels, four tiles of 16 keys × 16
-// queries, a step of 32 columns two loads of K and two of Qᵀ for four
-// TDPBF16PS, stored to st.
-func amxLogits(kblk Mem) {
-	s64, kstr := GP64(), GP64()
-	MOVQ(U32(64), s64)
-	MOVQ(addr(Param("dp")), kstr)
-	SHLQ(U8(1), kstr) // bytes a key
-	ka := GP64()
-	MOVQ(kblk, ka)
-	stp := Load(Param("st").Base(), GP64())
-	sb := GP64()
-	MOVQ(U32(amxKeys/32), sb)
-	Label("lsub")
-	{
-		kb := GP64()
-		MOVQ(kstr, kb)
-		SHLQ(U8(4), kb)
-		ADDQ(ka, kb) // key 16 of the 32
-		qp := Load(Param("qb").Base(), GP64())
-		sp := GP64()
-		MOVQ(stp, sp)
-		pp := Load(Param("npp"), GP64())
-		Label("lpair")
-		{
-			for t := range 4 {
-				tileZero(t)
-			}
-			k0, k1, q := GP64(), GP64(), GP64()
-			MOVQ(ka, k0)
-			MOVQ(kb, k1)
-			MOVQ(qp, q)
-			ch := Load(Param("dp"), GP64())
-			SHRQ(U8(5), ch)
-			Label("lchunk")
-			tileLoad(Mem{Base: k0, Index: kstr, Scale: 1}, 4)
-			tileLoad(Mem{Base: k1, Index: kstr, Scale: 1}, 5)
-			tileLoad(Mem{Base: q, Index: s64, Scale: 1}, 6)
-			tileLoad(Mem{Base: q, Index: s64, Scale: 1, Disp: 1024}, 7)
-			tdpbf16ps(6, 4, 0)
-			tdpbf16ps(7, 4, 1)
-			tdpbf16ps(6, 5, 2)
-			tdpbf16ps(7, 5, 3)
-			ADDQ(U8(64), k0)
-			ADDQ(U8(64), k1)
-			ADDQ(U32(amxPanels*1024), q)
-			DECQ(ch)
-			JNZ(LabelRef("lchunk"))
-			// Panel 2pp at sp, 2pp+1 a panel (128 keys of 64 bytes) on.
-			tileStore(0, Mem{Base: sp, Index: s64, Scale: 1})
-			tileStore(1, Mem{Base: sp, Index: s64, Scale: 1, Disp: amxKeys * 64})
-			tileStore(2, Mem{Base: sp, Index: s64, Scale: 1, Disp: 1024})
-			tileStore(3, Mem{Base: sp, Index: s64, Scale: 1, Disp: amxKeys*64 + 1024})
-		}
-		ADDQ(U32(2048), qp)
-		ADDQ(U32(2*amxKeys*64), sp)
-		DECQ(pp)
-		JNZ(LabelRef("lpair"))
-	}
-	// The next 32 keys.
-	LEAQ(Mem{Base: ka, Index: kstr, Scale: 8}, ka)
-	LEAQ(Mem{Base: ka, Index: kstr, Scale: 8}, ka)
-	LEAQ(Mem{Base: ka, Index: kstr, Scale: 8}, ka)
-	LEAQ(Mem{Base: ka, Index: kstr, Scale: 8}, ka)
-	ADDQ(U32(32*64), stp)
-	DECQ(sb)
-	JNZ(LabelRef("lsub"))
+// startLogits sets the cursor of the logits to the start of block b (a
+// register): 4·npp·dp/32 steps, into the half of st of b's parity.
+func (a *amxFrame) startLogits(b Register) {
+	n, t := GP64(), GP64()
+	MOVQ(addr(Param("npp")), n)
+	MOVQ(addr(Param("dp")), t)
+	SHRQ(U8(5), t)
+	IMULQ(t, n)
+	SHLQ(U8(2), n) // 4 steps of 32 keys
+	MOVQ(n, a.sLeft)
+	XORQ(n, n)
+	MOVQ(n, a.sCh)
+	MOVQ(n, a.sPP)
+	MOVQ(addr(Param("dp")), t)
+	SHLQ(U8(8), t) // bytes a block: 128 keys of dp bfloat16
+	IMULQ(b, t)
+	ADDQ(addr(Param("kb").Base()), t)
+	MOVQ(t, a.sK)
+	MOVQ(b, t)
+	ANDQ(U8(1), t)
+	SHLQ(U8(15), t) // AMXStLen/2 float32
+	ADDQ(addr(Param("st").Base()), t)
+	MOVQ(t, a.sSt)
 }
 
-// amxSoftmax emits the softmax step of every panel on the logits of the
-// block in st, which it turns into the probabilities in pb: from block
-// nfull on, keys at or past a query's limit are set to -Inf first.
-func amxSoftmax(blk Mem) {
-	panel := AllocLocal(8)
-	np := Load(Param("npp"), GP64())
-	SHLQ(U8(1), np)
-	MOVQ(np, panel)
-	stp, pbp, mp, lp, limp, accp := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
-	for _, x := range []struct {
-		name string
-		m    Mem
-	}{{"st", stp}, {"pb", pbp}, {"m", mp}, {"l", lp}, {"lim", limp}, {"acc", accp}} {
-		r := Load(Param(x.name).Base(), GP64())
-		MOVQ(r, x.m)
+// startValues sets the cursor of the values to the start of block b (a
+// register): dp/32·npp·4 steps, from the half of pb of b's parity.
+func (a *amxFrame) startValues(b Register) {
+	n, t := GP64(), GP64()
+	MOVQ(addr(Param("npp")), n)
+	MOVQ(addr(Param("dp")), t)
+	SHRQ(U8(5), t)
+	IMULQ(t, n)
+	SHLQ(U8(2), n) // 4 steps of 32 keys
+	MOVQ(n, a.vLeft)
+	XORQ(n, n)
+	MOVQ(n, a.vKC)
+	MOVQ(n, a.vPP)
+	MOVQ(addr(Param("acc").Base()), t)
+	MOVQ(t, a.vAcc)
+	MOVQ(addr(Param("dp")), t)
+	SHLQ(U8(8), t)
+	IMULQ(b, t)
+	ADDQ(addr(Param("vb").Base()), t)
+	MOVQ(t, a.vV)
+	MOVQ(b, t)
+	ANDQ(U8(1), t)
+	SHLQ(U8(14), t) // AMXPLen/2 bfloat16
+	ADDQ(addr(Param("pb").Base()), t)
+	MOVQ(t, a.vP)
+}
+
+// flush runs the tile steps left.
+func (a *amxFrame) flush(pre string) {
+	Label(pre + "flush")
+	n := GP64()
+	MOVQ(a.sLeft, n)
+	ADDQ(a.vLeft, n)
+	JZ(LabelRef(pre + "flushed"))
+	a.step(pre + "f")
+	JMP(LabelRef(pre + "flush"))
+	Label(pre + "flushed")
+}
+
+// step emits one step of tile work, of the logits while some are left,
+// else of the values, if any.
+//
+// A step of the logits: for 32 keys and a pair of panels, the tiles
+// 0 … 3 (keys 0-15 and 16-31 × the two panels) are zeroed at the first
+// chunk of columns, get K's two tiles of the chunk times Qᵀ's two, and
+// are stored to st after the last. A step of the values: for 32 columns
+// and a pair of panels, the tiles of the accumulator are loaded at the
+// first 32 keys, get Vᵀ's two tiles of the 32 keys times P's two, and
+// are stored after the last (the fourth).
+func (a *amxFrame) step(pre string) {
+	left := GP64()
+	MOVQ(a.sLeft, left)
+	TESTQ(left, left)
+	JZ(LabelRef(pre + "values"))
+	DECQ(left)
+	MOVQ(left, a.sLeft)
+	{
+		ch := GP64()
+		MOVQ(a.sCh, ch)
+		TESTQ(ch, ch)
+		JNZ(LabelRef(pre + "snz"))
+		for t := range 4 {
+			tileZero(t)
+		}
+		Label(pre + "snz")
+		kstr, k0, k1, q, t, s64 := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
+		MOVQ(addr(Param("dp")), kstr)
+		SHLQ(U8(1), kstr) // bytes a key
+		MOVQ(ch, k0)
+		SHLQ(U8(6), k0)
+		ADDQ(a.sK, k0) // the chunk's columns
+		MOVQ(kstr, k1)
+		SHLQ(U8(4), k1)
+		ADDQ(k0, k1) // 16 keys on
+		MOVQ(ch, q)
+		SHLQ(U8(12), q) // 4 panels of 1 KiB a chunk
+		MOVQ(a.sPP, t)
+		SHLQ(U8(11), t) // 2 panels
+		ADDQ(t, q)
+		ADDQ(addr(Param("qb").Base()), q)
+		MOVQ(U32(64), s64)
+		tileLoad(Mem{Base: k0, Index: kstr, Scale: 1}, 4)
+		tileLoad(Mem{Base: k1, Index: kstr, Scale: 1}, 5)
+		tileLoad(Mem{Base: q, Index: s64, Scale: 1}, 6)
+		tileLoad(Mem{Base: q, Index: s64, Scale: 1, Disp: 1024}, 7)
+		tdpbf16ps(6, 4, 0)
+		tdpbf16ps(7, 4, 1)
+		tdpbf16ps(6, 5, 2)
+		tdpbf16ps(7, 5, 3)
+		INCQ(ch)
+		MOVQ(addr(Param("dp")), t)
+		SHRQ(U8(5), t)
+		CMPQ(ch, t)
+		JL(LabelRef(pre + "skeep"))
+		// The last chunk: store panel 2pp at sp, 2pp+1 a panel (128 keys
+		// of 64 bytes) on, and move to the next pair or the next 32 keys.
+		sp, pp := GP64(), GP64()
+		MOVQ(a.sPP, pp)
+		MOVQ(pp, sp)
+		SHLQ(U8(14), sp) // 2 panels of 128 keys
+		ADDQ(a.sSt, sp)
+		tileStore(0, Mem{Base: sp, Index: s64, Scale: 1})
+		tileStore(1, Mem{Base: sp, Index: s64, Scale: 1, Disp: amxKeys * 64})
+		tileStore(2, Mem{Base: sp, Index: s64, Scale: 1, Disp: 1024})
+		tileStore(3, Mem{Base: sp, Index: s64, Scale: 1, Disp: amxKeys*64 + 1024})
+		XORQ(ch, ch)
+		INCQ(pp)
+		CMPQ(pp, addr(Param("npp")))
+		JL(LabelRef(pre + "sppkeep"))
+		XORQ(pp, pp)
+		SHLQ(U8(5), kstr) // 32 keys
+		ADDQ(kstr, a.sK)
+		ADDQ(U32(32*64), a.sSt)
+		Label(pre + "sppkeep")
+		MOVQ(pp, a.sPP)
+		Label(pre + "skeep")
+		MOVQ(ch, a.sCh)
+		JMP(LabelRef(pre + "done"))
 	}
+
+	Label(pre + "values")
+	MOVQ(a.vLeft, left)
+	TESTQ(left, left)
+	JZ(LabelRef(pre + "done"))
+	DECQ(left)
+	MOVQ(left, a.vLeft)
+	{
+		kc, pstr, a0, a1, s64 := GP64(), GP64(), GP64(), GP64(), GP64()
+		MOVQ(addr(Param("dp")), pstr)
+		SHLQ(U8(6), pstr) // bytes a panel of the accumulator
+		MOVQ(a.vPP, a0)
+		IMULQ(pstr, a0)
+		SHLQ(U8(1), a0)
+		ADDQ(a.vAcc, a0)
+		LEAQ(Mem{Base: a0, Index: pstr, Scale: 1}, a1)
+		MOVQ(U32(64), s64)
+		MOVQ(a.vKC, kc)
+		TESTQ(kc, kc)
+		JNZ(LabelRef(pre + "vnz"))
+		tileLoad(Mem{Base: a0, Index: s64, Scale: 1}, 0)
+		tileLoad(Mem{Base: a1, Index: s64, Scale: 1}, 1)
+		tileLoad(Mem{Base: a0, Index: s64, Scale: 1, Disp: 1024}, 2)
+		tileLoad(Mem{Base: a1, Index: s64, Scale: 1, Disp: 1024}, 3)
+		Label(pre + "vnz")
+		v, p, vstr, t := GP64(), GP64(), GP64(), GP64()
+		MOVQ(kc, v)
+		SHLQ(U8(6), v) // 32 keys
+		ADDQ(a.vV, v)
+		MOVQ(kc, p)
+		SHLQ(U8(10), p) // 16 rows of pairs
+		MOVQ(a.vPP, t)
+		SHLQ(U8(13), t) // 2 panels of 64 rows
+		ADDQ(t, p)
+		ADDQ(a.vP, p)
+		MOVQ(U32(amxKeys*2), vstr)
+		tileLoad(Mem{Base: v, Index: vstr, Scale: 1}, 4)
+		tileLoad(Mem{Base: v, Index: vstr, Scale: 1, Disp: 16 * amxKeys * 2}, 5)
+		tileLoad(Mem{Base: p, Index: s64, Scale: 1}, 6)
+		tileLoad(Mem{Base: p, Index: s64, Scale: 1, Disp: amxKeys * 32}, 7)
+		tdpbf16ps(6, 4, 0)
+		tdpbf16ps(7, 4, 1)
+		tdpbf16ps(6, 5, 2)
+		tdpbf16ps(7, 5, 3)
+		INCQ(kc)
+		CMPQ(kc, U8(amxKeys/32))
+		JL(LabelRef(pre + "vkeep"))
+		tileStore(0, Mem{Base: a0, Index: s64, Scale: 1})
+		tileStore(1, Mem{Base: a1, Index: s64, Scale: 1})
+		tileStore(2, Mem{Base: a0, Index: s64, Scale: 1, Disp: 1024})
+		tileStore(3, Mem{Base: a1, Index: s64, Scale: 1, Disp: 1024})
+		XORQ(kc, kc)
+		pp := GP64()
+		MOVQ(a.vPP, pp)
+		INCQ(pp)
+		CMPQ(pp, addr(Param("npp")))
+		JL(LabelRef(pre + "vppkeep"))
+		XORQ(pp, pp)
+		ADDQ(U32(32*64), a.vAcc)
+		ADDQ(U32(32*amxKeys*2), a.vV)
+		Label(pre + "vppkeep")
+		MOVQ(pp, a.vPP)
+		Label(pre + "vkeep")
+		MOVQ(kc, a.vKC)
+	}
+	Label(pre + "done")
+}
+
+// stHalf returns a register with the address of the half of st (or pb,
+// with pb set) of block b's parity.
+func stHalf(b Register, pb bool) Register {
+	t := GP64()
+	MOVQ(b, t)
+	ANDQ(U8(1), t)
+	if pb {
+		SHLQ(U8(14), t)
+		ADDQ(addr(Param("pb").Base()), t)
+	} else {
+		SHLQ(U8(15), t)
+		ADDQ(addr(Param("st").Base()), t)
+	}
+	return t
+}
+
+// maxima emits the first phase of the softmax of block b (a register):
+// for each panel the maximum of its logits (those of hidden keys set to
+// -Inf first from block nfull on), and where it exceeds m by more than
+// the threshold the new m and the factor 2^(m-m'), 1 elsewhere.
+func (a *amxFrame) maxima(b Register) {
+	sp := stHalf(b, false)
+	np, p := GP64(), GP64()
+	MOVQ(addr(Param("npp")), np)
+	SHLQ(U8(1), np)
+	XORQ(p, p) // panel
 	cv := ZMM()
 	VBROADCASTSS(addr(Param("c")), cv)
-
-	Label("spanel")
+	Label("mpanel")
 	mx := ZMM()
-	sp := GP64()
-	MOVQ(stp, sp)
-	{
-		b := GP64()
-		MOVQ(blk, b)
-		CMPQ(b, addr(Param("nfull")))
-		JGE(LabelRef("smasked"))
-	}
-	// The maximum over the keys, four chains.
+	CMPQ(b, addr(Param("nfull")))
+	JGE(LabelRef("mmasked"))
 	{
 		mxs := newZMMs(3)
 		VMOVUPS(Mem{Base: sp}, mx)
@@ -248,203 +472,222 @@ func amxSoftmax(blk Mem) {
 		VMAXPS(mxs[0], mx, mx)
 		VMAXPS(mxs[2], mxs[1], mxs[1])
 		VMAXPS(mxs[1], mx, mx)
-		JMP(LabelRef("sgrow"))
+		JMP(LabelRef("mgrow"))
 	}
-	// The same with limits: key j of a lane is visible when j < lim; the
-	// others become -Inf in st.
-	Label("smasked")
+	// With limits: key j of a lane is visible when j < lim; the others
+	// become -Inf in st.
+	Label("mmasked")
 	{
 		lim, jv, ninf, o := ZMM(), ZMM(), bcastConst(negInf), ZMM()
-		p := GP64()
-		MOVQ(limp, p)
-		VMOVDQU32(Mem{Base: p}, lim)
+		lp := GP64()
+		MOVQ(p, lp)
+		SHLQ(U8(6), lp)
+		ADDQ(addr(Param("lim").Base()), lp)
+		VMOVDQU32(Mem{Base: lp}, lim)
 		j0 := GP64()
-		MOVQ(blk, j0)
+		MOVQ(b, j0)
 		SHLQ(U8(7), j0) // 128 keys a block
 		VPBROADCASTD(j0.As32(), jv)
 		one32 := GP32()
 		MOVL(U32(1), one32)
 		VPBROADCASTD(one32, o)
 		VMOVAPS(ninf, mx)
-		n := GP64()
+		n, s := GP64(), GP64()
+		MOVQ(sp, s)
 		MOVQ(U32(amxKeys), n)
-		Label("smloop")
+		Label("mmloop")
 		x, hidden := ZMM(), K()
-		VMOVUPS(Mem{Base: sp}, x)
+		VMOVUPS(Mem{Base: s}, x)
 		VPCMPD(U8(5), lim, jv, hidden) // j >= lim: hidden
 		VMOVAPS(ninf, hidden, x)
-		VMOVUPS(x, Mem{Base: sp})
+		VMOVUPS(x, Mem{Base: s})
 		VMAXPS(x, mx, mx)
 		VPADDD(o, jv, jv)
-		ADDQ(U8(64), sp)
+		ADDQ(U8(64), s)
 		DECQ(n)
-		JNZ(LabelRef("smloop"))
+		JNZ(LabelRef("mmloop"))
 	}
 
-	// Raise the running maximum where the block's exceeds it by more than
-	// the threshold, and rescale what was summed before.
-	Label("sgrow")
-	mold := ZMM()
+	// Raise m where the block's maximum exceeds it by more than the
+	// threshold.
+	Label("mgrow")
 	{
-		p := GP64()
-		MOVQ(mp, p)
-		VMOVUPS(Mem{Base: p}, mold)
+		mp, fp, gp := GP64(), GP64(), GP64()
+		MOVQ(p, mp)
+		SHLQ(U8(6), mp)
+		LEAQ(a.f, fp)
+		ADDQ(mp, fp)
+		ADDQ(addr(Param("m").Base()), mp)
+		LEAQ(a.grow, gp)
+		mold := ZMM()
+		VMOVUPS(Mem{Base: mp}, mold)
 		VMULPS(cv, mx, mx)
 		lo, grow := ZMM(), K()
 		VADDPS_BCST(amxThr, mold, lo)
 		VCMPPS(U8(0x1e), lo, mx, grow) // mx > m + threshold, ordered
+		fv := bcastConst(one)
+		g := GP64()
+		XORQ(g, g)
 		KORTESTW(grow, grow)
-		JZ(LabelRef("sexp"))
-		mnew, f := ZMM(), ZMM()
+		JZ(LabelRef("mkeep"))
+		INCQ(g)
+		mnew := ZMM()
 		VMOVAPS(mold, mnew)
 		VMOVAPS(mx, grow, mnew)
 		// f = 2^(m - m'), exactly 1 in the lanes that keep their maximum
 		// (0 from the zero-masked subtraction) and 0 where m was -Inf.
-		VSUBPS_Z(mnew, mold, grow, f)
-		exp2Lanes512([]VecVirtual{f}, loadExp2Consts512(false), false)
-		VMOVUPS(mnew, Mem{Base: p})
-		VMOVAPS(mnew, mold)
-		q := GP64()
-		MOVQ(lp, q)
-		lv := ZMM()
-		VMULPS(Mem{Base: q}, f, lv)
-		VMOVUPS(lv, Mem{Base: q})
-		ap, d := GP64(), GP64()
-		MOVQ(accp, ap)
-		Load(Param("dp"), d)
-		SHRQ(U8(2), d)
-		Label("srescale")
-		for i := range 4 {
-			v := ZMM()
-			VMULPS(Mem{Base: ap, Disp: 64 * i}, f, v)
-			VMOVUPS(v, Mem{Base: ap, Disp: 64 * i})
-		}
-		ADDQ(U32(256), ap)
-		DECQ(d)
-		JNZ(LabelRef("srescale"))
+		VSUBPS_Z(mnew, mold, grow, fv)
+		exp2Lanes512([]VecVirtual{fv}, loadExp2Consts512(false), false)
+		VMOVUPS(mnew, Mem{Base: mp})
+		Label("mkeep")
+		VMOVUPS(fv, Mem{Base: fp})
+		MOVQ(g, Mem{Base: gp, Index: p, Scale: 8})
 	}
-
-	// p = 2^(s·c - m), with m taken as 0 where it is -Inf (no key seen
-	// yet: then s is -Inf too, and p 0); summed into l and stored in
-	// pairs of keys as bfloat16.
-	Label("sexp")
-	{
-		keep, ms := K(), ZMM()
-		VCMPPS_BCST(U8(4), negInf, mold, keep)
-		VMOVAPS_Z(mold, keep, ms)
-		e := loadExp2Consts512(false)
-		perm := ZMM()
-		VMOVDQU16(amxPairs, perm)
-		sum := newZMMs(2)
-		VXORPS(sum[0], sum[0], sum[0])
-		VXORPS(sum[1], sum[1], sum[1])
-		sp, pp, n := GP64(), GP64(), GP64()
-		MOVQ(stp, sp)
-		MOVQ(pbp, pp)
-		MOVQ(U32(amxKeys/4), n)
-		Label("seloop")
-		ts := newZMMs(4)
-		for i, t := range ts {
-			VMOVUPS(Mem{Base: sp, Disp: 64 * i}, t)
-			VFMSUB213PS(ms, cv, t) // t = s·c - m
-		}
-		exp2Lanes512(ts, e, false)
-		VADDPS(ts[0], sum[0], sum[0])
-		VADDPS(ts[1], sum[1], sum[1])
-		VADDPS(ts[2], sum[0], sum[0])
-		VADDPS(ts[3], sum[1], sum[1])
-		for i := 0; i < 4; i += 2 {
-			w := ZMM()
-			vcvtne2ps2bf16(ts[i], ts[i+1], w)
-			VPERMW(w, perm, w)
-			VMOVDQU16(w, Mem{Base: pp, Disp: 32 * i})
-		}
-		ADDQ(U32(256), sp)
-		ADDQ(U32(128), pp)
-		DECQ(n)
-		JNZ(LabelRef("seloop"))
-		VADDPS(sum[1], sum[0], sum[0])
-		q := GP64()
-		MOVQ(lp, q)
-		VADDPS(Mem{Base: q}, sum[0], sum[0])
-		VMOVUPS(sum[0], Mem{Base: q})
-	}
-
-	// The next panel.
-	{
-		for _, x := range []struct {
-			m    Mem
-			step int
-		}{{stp, amxKeys * 64}, {pbp, amxKeys * 32}, {mp, 64}, {lp, 64}, {limp, 64}} {
-			r := GP64()
-			MOVQ(x.m, r)
-			ADDQ(U32(x.step), r)
-			MOVQ(r, x.m)
-		}
-		d, r := GP64(), GP64()
-		Load(Param("dp"), d)
-		SHLQ(U8(6), d) // dp rows of 64 bytes
-		MOVQ(accp, r)
-		ADDQ(d, r)
-		MOVQ(r, accp)
-		n := GP64()
-		MOVQ(panel, n)
-		DECQ(n)
-		MOVQ(n, panel)
-		JNZ(LabelRef("spanel"))
-	}
+	ADDQ(U32(amxKeys*64), sp)
+	INCQ(p)
+	CMPQ(p, np)
+	JL(LabelRef("mpanel"))
 }
 
-// amxValues emits Oᵀ += Vᵀ·Pᵀ for the block of values at vblk (a frame
-// slot): for each 32 columns and each pair of panels, four tiles of
-// the accumulator loaded, a step of 32 keys two loads of Vᵀ and two of
-// P for four TDPBF16PS, 16 a load and store of the four, and stored.
-func amxValues(vblk Mem) {
-	s64, vstr := GP64(), GP64()
-	MOVQ(U32(64), s64)
-	MOVQ(U32(amxKeys*2), vstr)
-	vp := GP64()
-	MOVQ(vblk, vp)
-	accI := Load(Param("acc").Base(), GP64())
-	pstr := Load(Param("dp"), GP64())
-	SHLQ(U8(6), pstr) // bytes a panel of the accumulator
-	i := Load(Param("dp"), GP64())
-	SHRQ(U8(5), i)
-	Label("vcols")
+// exponentials emits the second phase of the softmax of block b (a
+// register): p = 2^(s·c - m), with m taken as 0 where it is -Inf (no key
+// seen yet: then s is -Inf too, and p 0), summed into the panel's sum
+// and stored in pairs of keys as bfloat16, with the tile steps spread
+// over the iterations.
+func (a *amxFrame) exponentials(b Register) {
+	sp, pp := stHalf(b, false), stHalf(b, true)
+	np, p := GP64(), GP64()
+	MOVQ(addr(Param("npp")), np)
+	SHLQ(U8(1), np)
+	XORQ(p, p)
+	cv := ZMM()
+	VBROADCASTSS(addr(Param("c")), cv)
+	e := loadExp2Consts512(false)
+	perm := ZMM()
+	VMOVDQU16(amxPairs, perm)
+	Label("epanel")
+	ms := ZMM()
 	{
-		a0, pp, pbp := GP64(), Load(Param("npp"), GP64()), Load(Param("pb").Base(), GP64())
-		MOVQ(accI, a0)
-		Label("vpair")
-		a1 := GP64()
-		LEAQ(Mem{Base: a0, Index: pstr, Scale: 1}, a1)
-		tileLoad(Mem{Base: a0, Index: s64, Scale: 1}, 0)
-		tileLoad(Mem{Base: a1, Index: s64, Scale: 1}, 1)
-		tileLoad(Mem{Base: a0, Index: s64, Scale: 1, Disp: 1024}, 2)
-		tileLoad(Mem{Base: a1, Index: s64, Scale: 1, Disp: 1024}, 3)
-		for kc := range amxKeys / 32 {
-			tileLoad(Mem{Base: vp, Index: vstr, Scale: 1, Disp: 64 * kc}, 4)
-			tileLoad(Mem{Base: vp, Index: vstr, Scale: 1, Disp: 16*amxKeys*2 + 64*kc}, 5)
-			tileLoad(Mem{Base: pbp, Index: s64, Scale: 1, Disp: 1024 * kc}, 6)
-			tileLoad(Mem{Base: pbp, Index: s64, Scale: 1, Disp: amxKeys*32 + 1024*kc}, 7)
-			tdpbf16ps(6, 4, 0)
-			tdpbf16ps(7, 4, 1)
-			tdpbf16ps(6, 5, 2)
-			tdpbf16ps(7, 5, 3)
-		}
-		tileStore(0, Mem{Base: a0, Index: s64, Scale: 1})
-		tileStore(1, Mem{Base: a1, Index: s64, Scale: 1})
-		tileStore(2, Mem{Base: a0, Index: s64, Scale: 1, Disp: 1024})
-		tileStore(3, Mem{Base: a1, Index: s64, Scale: 1, Disp: 1024})
-		// The next pair of panels: two panels on in the accumulator and
-		// in P.
-		LEAQ(Mem{Base: a1, Index: pstr, Scale: 1}, a0)
-		ADDQ(U32(2*amxKeys*32), pbp)
-		DECQ(pp)
-		JNZ(LabelRef("vpair"))
+		mp := GP64()
+		MOVQ(p, mp)
+		SHLQ(U8(6), mp)
+		ADDQ(addr(Param("m").Base()), mp)
+		keep := K()
+		VMOVUPS(Mem{Base: mp}, ms)
+		VCMPPS_BCST(U8(4), negInf, ms, keep)
+		VMOVAPS_Z(ms, keep, ms)
 	}
-	// The next 32 columns: 32 rows of Vᵀ and of each panel of Oᵀ.
-	ADDQ(U32(32*amxKeys*2), vp)
-	ADDQ(U32(32*64), accI)
-	DECQ(i)
-	JNZ(LabelRef("vcols"))
+	sum := newZMMs(2)
+	VXORPS(sum[0], sum[0], sum[0])
+	VXORPS(sum[1], sum[1], sum[1])
+	n := GP64()
+	MOVQ(U32(amxKeys/4), n)
+	Label("eloop")
+	ts := newZMMs(4)
+	for i, t := range ts {
+		VMOVUPS(Mem{Base: sp, Disp: 64 * i}, t)
+		VFMSUB213PS(ms, cv, t) // t = s·c - m
+	}
+	exp2Lanes512(ts, e, false)
+	VADDPS(ts[0], sum[0], sum[0])
+	VADDPS(ts[1], sum[1], sum[1])
+	VADDPS(ts[2], sum[0], sum[0])
+	VADDPS(ts[3], sum[1], sum[1])
+	for i := 0; i < 4; i += 2 {
+		w := ZMM()
+		vcvtne2ps2bf16(ts[i], ts[i+1], w)
+		VPERMW(w, perm, w)
+		VMOVDQU16(w, Mem{Base: pp, Disp: 32 * i})
+	}
+	// The tile steps this iteration's share of credit pays for.
+	{
+		c := GP64()
+		MOVQ(a.credit, c)
+		ADDQ(a.steps, c)
+		MOVQ(c, a.credit)
+		Label("ecredit")
+		MOVQ(a.credit, c)
+		CMPQ(c, a.iters)
+		JL(LabelRef("epaid"))
+		SUBQ(a.iters, c)
+		MOVQ(c, a.credit)
+		a.step("e")
+		JMP(LabelRef("ecredit"))
+		Label("epaid")
+	}
+	ADDQ(U32(256), sp)
+	ADDQ(U32(128), pp)
+	DECQ(n)
+	JNZ(LabelRef("eloop"))
+	{
+		s := GP64()
+		MOVQ(p, s)
+		SHLQ(U8(6), s)
+		LEAQ(a.sum, n)
+		ADDQ(n, s)
+		VADDPS(sum[1], sum[0], sum[0])
+		VMOVUPS(sum[0], Mem{Base: s})
+	}
+	INCQ(p)
+	CMPQ(p, np)
+	JL(LabelRef("epanel"))
+}
+
+// rescale emits the last phase of the softmax of a block, once the tiles
+// have added the block before: for each panel acc *= f where some lane's
+// maximum was raised, and l = l·f + the block's sum.
+func (a *amxFrame) rescale() {
+	np, p := GP64(), GP64()
+	MOVQ(addr(Param("npp")), np)
+	SHLQ(U8(1), np)
+	XORQ(p, p)
+	ap := Load(Param("acc").Base(), GP64())
+	Label("rpanel")
+	f := ZMM()
+	{
+		o := GP64()
+		MOVQ(p, o)
+		SHLQ(U8(6), o)
+		fp, lp, sp := GP64(), GP64(), GP64()
+		LEAQ(a.f, fp)
+		ADDQ(o, fp)
+		LEAQ(a.sum, sp)
+		ADDQ(o, sp)
+		VMOVUPS(Mem{Base: fp}, f)
+		MOVQ(addr(Param("l").Base()), lp)
+		ADDQ(o, lp)
+		lv := ZMM()
+		VMOVUPS(Mem{Base: sp}, lv)
+		VFMADD231PS(Mem{Base: lp}, f, lv) // l·f + sum
+		VMOVUPS(lv, Mem{Base: lp})
+		gp := GP64()
+		LEAQ(a.grow, gp)
+		CMPQ(Mem{Base: gp, Index: p, Scale: 8}, U8(0))
+	}
+	JE(LabelRef("rnext"))
+	{
+		q, d := GP64(), GP64()
+		MOVQ(ap, q)
+		Load(Param("dp"), d)
+		SHRQ(U8(2), d)
+		Label("rrows")
+		for i := range 4 {
+			v := ZMM()
+			VMULPS(Mem{Base: q, Disp: 64 * i}, f, v)
+			VMOVUPS(v, Mem{Base: q, Disp: 64 * i})
+		}
+		ADDQ(U32(256), q)
+		DECQ(d)
+		JNZ(LabelRef("rrows"))
+	}
+	Label("rnext")
+	{
+		d := GP64()
+		Load(Param("dp"), d)
+		SHLQ(U8(6), d) // dp rows of 64 bytes
+		ADDQ(d, ap)
+	}
+	INCQ(p)
+	CMPQ(p, np)
+	JL(LabelRef("rpanel"))
 }
