@@ -60,6 +60,25 @@
 // 93–97% and the exponentials, about 5 cycles per 8 logits, the rest
 // (BenchmarkForward reports the whole call).
 //
+// # bfloat16
+//
+// ForwardBF16 and AttentionBF16 take bfloat16 queries, keys and values
+// (the upper 16 bits of a float32, as uint16) and give float32 outputs
+// and log-sum-exps. With the amx kernels (Intel's AMX, see BF16Path) the
+// products run on the tiles (simd.AttendAMX) with bfloat16 operands and
+// float32 sums, and the softmax in float32, as FlashAttention does on
+// GPUs: the logits are exact sums of exact products, and only the
+// probabilities are rounded to bfloat16 before their product with V, so
+// each output is within 2^-8·Σ_j p_j·|v_j| (plus float32 rounding) of
+// exact attention on the same inputs, and the log-sum-exp within float32
+// rounding. K and V are packed once a call into blocks of 128 keys (Vᵀ
+// for the tiles), the keys past a batch row's KVLen left zero, and each
+// query tile of up to 64 rows (BlockRows) is one call over all the
+// blocks it sees, a block that a mask cuts under per-row key limits.
+// Elsewhere the inputs are widened to float32 and run through the float32
+// kernel (the keys and values tile by tile, through the KV interface,
+// never as a whole float32 copy), with float32 accuracy.
+//
 // # Errors
 //
 // Bad shapes and options return errors wrapping attn.ErrShape or
