@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/registry"
 )
 

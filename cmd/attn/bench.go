@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/registry"
 )
 

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/needle"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/needle"
 )
 
 // trainHelp is attn train's help (the command is in train.go).

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 )
 
 // decodeDefaults sets what `attn bench -mode decode` sweeps when the flags

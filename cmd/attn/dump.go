@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/tensorio"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/model"
 )
 

@@ -6,9 +6,9 @@ import (
 	"io"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/austen"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 )
 
 // modelInputs returns the attention inputs that layer (-1: the last) of

@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/austen"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/experiment"
+	"github.com/attnkit/attn/cmd/needle"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
-	"github.com/attnkit/attn/needle"
 	"github.com/attnkit/attn/registry"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnkit/attn/needle"
+	"github.com/attnkit/attn/cmd/needle"
 )
 
 // TestNeedleCommand runs the needle test on the fixture model with its own

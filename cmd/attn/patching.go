@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/registry"
 )
 

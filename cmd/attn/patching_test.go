@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnkit/attn/eval"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/eval"
+	"github.com/attnkit/attn/cmd/experiment"
 )
 
 // readPatching reads dir/patching.json.

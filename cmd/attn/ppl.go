@@ -11,9 +11,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/austen"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/tokenizer"
 )
 

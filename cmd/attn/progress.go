@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 )
 
 // progress reports a run's progress on stderr (experiment.Progress): on

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 )
 
 // TestProgressForecast: the bar advances by the forecast work, not by

@@ -6,7 +6,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 )
 
 func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/experiment"
+	"github.com/attnkit/attn/cmd/experiment"
 	"github.com/attnkit/attn/registry"
 	"github.com/attnkit/attn/tensorio"
 )

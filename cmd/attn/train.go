@@ -16,11 +16,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/attnkit/attn/cmd/austen"
+	"github.com/attnkit/attn/cmd/needle"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/gguf"
 	"github.com/attnkit/attn/model/tokenizer"
-	"github.com/attnkit/attn/needle"
 )
 
 // readTextFile reads a UTF-8 text file, gunzipping it when its name ends

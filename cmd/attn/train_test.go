@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnkit/attn/cmd/austen"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 )
 
 // trainText writes a small gzip'd corpus of random sentences from a

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/registry"
 )
 

@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/internal/plotstyle"
+	"github.com/attnkit/attn/cmd/internal/plotstyle"
 )
 
 // Plot sizes, as the eval package's: the plot on the left, its legend or

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/attnkit/attn/needle"
+	"github.com/attnkit/attn/cmd/needle"
 )
 
 func samplePatching() *Patching {

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/cmd/austen"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 )
 
 // tinyModel returns random weights for the test tokenizer's vocabulary.

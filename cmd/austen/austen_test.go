@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/attnkit/attn/cmd/austen"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 )
 
 // excerpt is the opening of Persuasion, which the model never saw in

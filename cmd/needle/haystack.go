@@ -5,7 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
-	"github.com/attnkit/attn/model/austen"
+	"github.com/attnkit/attn/cmd/austen"
 	"io"
 	"os"
 	"path/filepath"
@@ -25,8 +25,9 @@ var ErrNoData = errors.New("needle: shared data folder not found")
 const maxText = 1 << 30
 
 // SharedDir returns the shared folder: $ATTN_SHARED when set, else
-// ../shared beside the repository, found from the working directory
-// upwards (the first folder with a go.mod).
+// ../shared beside the repository. The repository is the folder of
+// go.work found from the working directory upwards (its modules develop
+// together), or without one the folder of the first go.mod.
 func SharedDir() (string, error) {
 	if d := os.Getenv(EnvShared); d != "" {
 		return d, nil
@@ -35,13 +36,20 @@ func SharedDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrNoData, err)
 	}
+	mod := ""
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			return filepath.Join(dir, "..", "shared"), nil
+		}
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil && mod == "" {
+			mod = dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("%w: no repository above the working directory", ErrNoData)
+			if mod == "" {
+				return "", fmt.Errorf("%w: no repository above the working directory", ErrNoData)
+			}
+			return filepath.Join(mod, "..", "shared"), nil
 		}
 		dir = parent
 	}

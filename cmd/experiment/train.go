@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/ref"
 	"github.com/attnkit/attn/registry"
 )

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/ref"
 	"github.com/attnkit/attn/registry"

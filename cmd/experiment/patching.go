@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/registry"
 )

@@ -3,7 +3,7 @@ package austen_test
 import (
 	"fmt"
 
-	"github.com/attnkit/attn/model/austen"
+	"github.com/attnkit/attn/cmd/austen"
 )
 
 func Example() {

@@ -15,7 +15,7 @@ import (
 
 	"gonum.org/v1/plot"
 
-	"github.com/attnkit/attn/needle"
+	"github.com/attnkit/attn/cmd/needle"
 )
 
 // Report is everything one report page shows; any part may be missing.

@@ -6,10 +6,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/cmd/austen"
+	"github.com/attnkit/attn/cmd/needle"
 	"github.com/attnkit/attn/model"
-	"github.com/attnkit/attn/model/austen"
 	"github.com/attnkit/attn/model/tokenizer"
-	"github.com/attnkit/attn/needle"
 )
 
 // Text is a text to score over sliding windows (attn ppl, attn

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"github.com/attnkit/attn/internal/plotstyle"
+	"github.com/attnkit/attn/cmd/internal/plotstyle"
 )
 
 // Plot sizes and resolution: each panel, and its legend in a column of its

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
-	"github.com/attnkit/attn/eval"
+	"github.com/attnkit/attn/cmd/eval"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/registry"
