@@ -77,12 +77,25 @@ func PackQAMX(dst []uint16, q []uint16, off []int, d int, neg bool) {
 	if neg {
 		sign = 0x8000
 	}
+	full := d / AMXCols // chunks of 32 columns with no padding
 	for r, o := range off {
 		row := q[o : o+d]
-		p, x := r/Panel, r%Panel
-		for c, v := range row {
-			// Chunk c/32, panel p, line (c%32)/2, pair x, half c%2.
-			dst[(c/AMXCols)*AMXRows*AMXCols+p*Panel*AMXCols+(c%AMXCols)/2*AMXCols+2*x+c%2] = v ^ sign
+		// Column c goes to chunk c/32, panel r/16, line (c%32)/2, pair
+		// r%16, half c%2.
+		base := r/Panel*Panel*AMXCols + 2*(r%Panel)
+		for ch := range full {
+			src := (*[AMXCols]uint16)(row[ch*AMXCols:])
+			out := (*[Panel*AMXCols - 2*Panel + 2]uint16)(dst[ch*AMXRows*AMXCols+base:])
+			for i := range Panel {
+				out[i*AMXCols] = src[2*i] ^ sign
+				out[i*AMXCols+1] = src[2*i+1] ^ sign
+			}
+		}
+		if full*AMXCols < d {
+			out := dst[full*AMXRows*AMXCols+base:]
+			for c, v := range row[full*AMXCols:] {
+				out[c/2*AMXCols+c%2] = v ^ sign
+			}
 		}
 	}
 }

@@ -481,3 +481,30 @@ func BenchmarkAttendAMX(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkPackAMX(b *testing.B) {
+	const d = 128
+	rng := rand.New(rand.NewPCG(6, 22))
+	q := randBF16(rng, AMXRows*d)
+	off := make([]int, AMXRows)
+	for r := range off {
+		off[r] = r * d
+	}
+	kv := randBF16(rng, AMXKeys*d)
+	dst := make([]uint16, AMXBlockLen(d))
+	b.Run("Q", func(b *testing.B) {
+		for b.Loop() {
+			PackQAMX(dst, q, off, d, false)
+		}
+	})
+	b.Run("K", func(b *testing.B) {
+		for b.Loop() {
+			PackKAMX(dst, kv, AMXKeys, d)
+		}
+	})
+	b.Run("V", func(b *testing.B) {
+		for b.Loop() {
+			PackVAMX(dst, kv, AMXKeys, d)
+		}
+	})
+}
