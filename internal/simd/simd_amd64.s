@@ -73206,8 +73206,8 @@ done:
 	RET
 
 // func attendTilesAMX(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)
-// Requires: AMX-BF16, AMX-TILE, AVX, AVX512BF16, AVX512BW, AVX512DQ, AVX512F
-TEXT ·attendTilesAMX(SB), $664-252
+// Requires: AMX-BF16, AMX-TILE, AVX, AVX512BF16, AVX512BW, AVX512DQ, AVX512F, CMOV, MMX+
+TEXT ·attendTilesAMX(SB), $696-252
 	MOVQ      nblk+16(FP), AX
 	TESTQ     AX, AX
 	JZ        done
@@ -73649,14 +73649,40 @@ nonext:
 	MOVQ  DX, 88(SP)
 
 noprev:
-	MOVQ         8(SP), AX
-	ADDQ         48(SP), AX
-	MOVQ         AX, 104(SP)
-	MOVQ         npp+0(FP), AX
-	SHLQ         $0x06, AX
-	MOVQ         AX, 112(SP)
-	SHRQ         $0x01, AX
-	MOVQ         AX, 96(SP)
+	MOVQ  8(SP), AX
+	ADDQ  48(SP), AX
+	MOVQ  AX, 104(SP)
+	MOVQ  npp+0(FP), AX
+	SHLQ  $0x06, AX
+	MOVQ  AX, 112(SP)
+	SHRQ  $0x01, AX
+	MOVQ  AX, 96(SP)
+	MOVQ  dp+24(FP), CX
+	SHLQ  $0x08, CX
+	MOVQ  (SP), AX
+	ADDQ  $0x02, AX
+	MOVQ  kb_base+56(FP), DX
+	CMPQ  AX, nblk+16(FP)
+	JGE   pfnok
+	IMULQ CX, AX
+	ADDQ  AX, DX
+	MOVQ  DX, 664(SP)
+	LEAQ  -64(DX)(CX*1), DX
+	MOVQ  DX, 672(SP)
+	JMP   pfv
+
+pfnok:
+	MOVQ DX, 664(SP)
+	MOVQ DX, 672(SP)
+
+pfv:
+	MOVQ         (SP), AX
+	IMULQ        CX, AX
+	MOVQ         vb_base+80(FP), DX
+	ADDQ         AX, DX
+	MOVQ         DX, 680(SP)
+	LEAQ         -64(DX)(CX*1), DX
+	MOVQ         DX, 688(SP)
 	MOVQ         (SP), AX
 	MOVQ         AX, CX
 	ANDQ         $0x01, CX
@@ -73757,9 +73783,31 @@ eloop:
 	BYTE $0x62; BYTE $0x52; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xef // VCVTNE2PS2BF16 Z15, Z16, Z13
 	VPERMW         Z13, Z9, Z13
 	VMOVDQU16      Z13, 64(AX)
-	MOVQ           96(SP), DI
-	ADDQ           104(SP), DI
-	MOVQ           DI, 96(SP)
+	CMPQ           dp+24(FP), $0x40
+	JLE            nopf
+	MOVQ           664(SP), DI
+	PREFETCHT1     (DI)
+	PREFETCHT1     64(DI)
+	PREFETCHT1     128(DI)
+	PREFETCHT1     192(DI)
+	ADDQ           $0x00000100, DI
+	CMPQ           DI, 672(SP)
+	CMOVQGT        672(SP), DI
+	MOVQ           DI, 664(SP)
+	MOVQ           680(SP), DI
+	PREFETCHT1     (DI)
+	PREFETCHT1     64(DI)
+	PREFETCHT1     128(DI)
+	PREFETCHT1     192(DI)
+	ADDQ           $0x00000100, DI
+	CMPQ           DI, 688(SP)
+	CMOVQGT        688(SP), DI
+	MOVQ           DI, 680(SP)
+
+nopf:
+	MOVQ 96(SP), DI
+	ADDQ 104(SP), DI
+	MOVQ DI, 96(SP)
 
 ecredit:
 	MOVQ     96(SP), DI

@@ -99,6 +99,8 @@ type amxFrame struct {
 	// For each panel: the rescale factor (a zmm), whether any lane has
 	// one other than 1, and the sum of the block's p (a zmm).
 	f, grow, sum Mem
+	// The lines of K and of Vᵀ to fetch into L2 next, and the last ones.
+	pfK, pfKEnd, pfV, pfVEnd Mem
 }
 
 // attendAMX emits attendTilesAMX.
@@ -138,6 +140,7 @@ func attendAMX() {
 		*m = AllocLocal(8)
 	}
 	a.f, a.grow, a.sum = AllocLocal(4*64), AllocLocal(4*8), AllocLocal(4*64)
+	a.pfK, a.pfKEnd, a.pfV, a.pfVEnd = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 
 	// The logits of block 0, alone.
 	{
@@ -184,6 +187,7 @@ func attendAMX() {
 		SHRQ(U8(1), n)
 		MOVQ(n, a.credit)
 	}
+	a.startPrefetch()
 	{
 		b := GP64()
 		MOVQ(a.blk, b)
@@ -213,6 +217,60 @@ func attendAMX() {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// startPrefetch points the prefetches of block blk's softmax at the keys
+// of block blk+2, whose logits the next block's softmax has the tiles
+// compute, and at the values of block blk, which they multiply then: a
+// block each, into L2. Past the last block they fetch nothing new.
+func (a *amxFrame) startPrefetch() {
+	b, bytes, p := GP64(), GP64(), GP64()
+	MOVQ(addr(Param("dp")), bytes)
+	SHLQ(U8(8), bytes) // bytes a block
+	MOVQ(a.blk, b)
+	ADDQ(U8(2), b)
+	MOVQ(addr(Param("kb").Base()), p)
+	CMPQ(b, addr(Param("nblk")))
+	JGE(LabelRef("pfnok"))
+	IMULQ(bytes, b)
+	ADDQ(b, p)
+	MOVQ(p, a.pfK)
+	LEAQ(Mem{Base: p, Index: bytes, Scale: 1, Disp: -64}, p)
+	MOVQ(p, a.pfKEnd)
+	JMP(LabelRef("pfv"))
+	Label("pfnok")
+	MOVQ(p, a.pfK)
+	MOVQ(p, a.pfKEnd)
+	Label("pfv")
+	MOVQ(a.blk, b)
+	IMULQ(bytes, b)
+	MOVQ(addr(Param("vb").Base()), p)
+	ADDQ(b, p)
+	MOVQ(p, a.pfV)
+	LEAQ(Mem{Base: p, Index: bytes, Scale: 1, Disp: -64}, p)
+	MOVQ(p, a.pfVEnd)
+}
+
+// prefetch emits the prefetches of an iteration of the softmax, which
+// has 64·npp of them a block: four lines of K and four of Vᵀ, a block of
+// up to 128 columns in time for a tile of 64 rows. With dp ≤ 64 there
+// are none: the softmax, the same for any dp, then takes longer than the
+// tiles, and the prefetches only lengthen it.
+func (a *amxFrame) prefetch() {
+	CMPQ(addr(Param("dp")), U8(64))
+	JLE(LabelRef("nopf"))
+	for _, x := range []struct{ p, end Mem }{{a.pfK, a.pfKEnd}, {a.pfV, a.pfVEnd}} {
+		t := GP64()
+		MOVQ(x.p, t)
+		for i := range 4 {
+			PREFETCHT1(Mem{Base: t, Disp: 64 * i})
+		}
+		ADDQ(U32(256), t)
+		CMPQ(t, x.end)
+		CMOVQGT(x.end, t)
+		MOVQ(t, x.p)
+	}
+	Label("nopf")
 }
 
 // startLogits sets the cursor of the logits to the start of block b (a
@@ -599,6 +657,7 @@ func (a *amxFrame) exponentials(b Register) {
 		VPERMW(w, perm, w)
 		VMOVDQU16(w, Mem{Base: pp, Disp: 32 * i})
 	}
+	a.prefetch()
 	// The tile steps this iteration's share of credit pays for.
 	{
 		c := GP64()
