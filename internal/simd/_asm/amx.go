@@ -16,12 +16,12 @@ import (
 //   - qb, Qᵀ as TDPBF16PS's second operand: for each chunk of 32 of the
 //     dp (D rounded up to 32) columns and each panel of 16 queries, 16
 //     rows of 16 pairs (Q[n][2r], Q[n][2r+1]), 1 KiB; 4 panels a chunk.
-//   - kb, the keys of the blocks, 128 a block, rows of dp bfloat16: the
+//   - kb, the keys of the blocks, amxKeys a block, rows of dp bfloat16: the
 //     first operand, 16 keys × 32 columns, read in place.
-//   - vb, the values of the blocks transposed, Vᵀ: dp rows of 128 keys,
+//   - vb, the values of the blocks transposed, Vᵀ: dp rows of amxKeys keys,
 //     the first operand of Oᵀ += Vᵀ·Pᵀ, 16 columns × 32 keys.
 //   - st, the logits Sᵀ = K·Qᵀ of two blocks (those of even blocks, then
-//     of odd ones), for each panel 128 keys × 16 queries (one zmm a
+//     of odd ones), for each panel amxKeys keys × 16 queries (one zmm a
 //     key), in float32.
 //   - pb, the probabilities of two blocks as the second operand of the
 //     product with Vᵀ: for each panel 64 rows of 16 pairs (P[n][2j],
@@ -41,9 +41,13 @@ import (
 // same maximum. Rescales then happen a few times a row rather than at
 // every block where the maximum grows.
 const (
-	amxKeys      = 128 // keys a block
-	amxPanels    = 4   // panels of 16 queries a tile, at most
-	amxThreshold = 8   // in log2 units: a factor of 256
+	amxKeys = 1 << amxKeysLog // keys a block: simd.AMXKeys
+	// 64 and 256 work too, with simd.AMXKeys changed to match: larger
+	// blocks load and store the accumulator less often a key, but waste
+	// more keys at the edge of a mask.
+	amxKeysLog   = 7
+	amxPanels    = 4 // panels of 16 queries a tile, at most
+	amxThreshold = 8 // in log2 units: a factor of 256
 )
 
 var (
@@ -182,7 +186,7 @@ func attendAMX() {
 		ADDQ(a.vLeft, n)
 		MOVQ(n, a.steps)
 		MOVQ(addr(Param("npp")), n)
-		SHLQ(U8(6), n) // 2·npp panels of 32 iterations
+		SHLQ(U8(amxKeysLog-1), n) // 2·npp panels of amxKeys/4 iterations
 		MOVQ(n, a.iters)
 		SHRQ(U8(1), n)
 		MOVQ(n, a.credit)
@@ -226,7 +230,7 @@ func attendAMX() {
 func (a *amxFrame) startPrefetch() {
 	b, bytes, p := GP64(), GP64(), GP64()
 	MOVQ(addr(Param("dp")), bytes)
-	SHLQ(U8(8), bytes) // bytes a block
+	SHLQ(U8(amxKeysLog+1), bytes) // bytes a block
 	MOVQ(a.blk, b)
 	ADDQ(U8(2), b)
 	MOVQ(addr(Param("kb").Base()), p)
@@ -281,19 +285,19 @@ func (a *amxFrame) startLogits(b Register) {
 	MOVQ(addr(Param("dp")), t)
 	SHRQ(U8(5), t)
 	IMULQ(t, n)
-	SHLQ(U8(2), n) // 4 steps of 32 keys
+	SHLQ(U8(amxKeysLog-5), n) // a step every 32 keys
 	MOVQ(n, a.sLeft)
 	XORQ(n, n)
 	MOVQ(n, a.sCh)
 	MOVQ(n, a.sPP)
 	MOVQ(addr(Param("dp")), t)
-	SHLQ(U8(8), t) // bytes a block: 128 keys of dp bfloat16
+	SHLQ(U8(amxKeysLog+1), t) // bytes a block: amxKeys keys of dp bfloat16
 	IMULQ(b, t)
 	ADDQ(addr(Param("kb").Base()), t)
 	MOVQ(t, a.sK)
 	MOVQ(b, t)
 	ANDQ(U8(1), t)
-	SHLQ(U8(15), t) // AMXStLen/2 float32
+	SHLQ(U8(amxKeysLog+8), t) // AMXStLen/2 float32
 	ADDQ(addr(Param("st").Base()), t)
 	MOVQ(t, a.sSt)
 }
@@ -306,7 +310,7 @@ func (a *amxFrame) startValues(b Register) {
 	MOVQ(addr(Param("dp")), t)
 	SHRQ(U8(5), t)
 	IMULQ(t, n)
-	SHLQ(U8(2), n) // 4 steps of 32 keys
+	SHLQ(U8(amxKeysLog-5), n) // a step every 32 keys
 	MOVQ(n, a.vLeft)
 	XORQ(n, n)
 	MOVQ(n, a.vKC)
@@ -314,13 +318,13 @@ func (a *amxFrame) startValues(b Register) {
 	MOVQ(addr(Param("acc").Base()), t)
 	MOVQ(t, a.vAcc)
 	MOVQ(addr(Param("dp")), t)
-	SHLQ(U8(8), t)
+	SHLQ(U8(amxKeysLog+1), t)
 	IMULQ(b, t)
 	ADDQ(addr(Param("vb").Base()), t)
 	MOVQ(t, a.vV)
 	MOVQ(b, t)
 	ANDQ(U8(1), t)
-	SHLQ(U8(14), t) // AMXPLen/2 bfloat16
+	SHLQ(U8(amxKeysLog+7), t) // AMXPLen/2 bfloat16
 	ADDQ(addr(Param("pb").Base()), t)
 	MOVQ(t, a.vP)
 }
@@ -392,12 +396,12 @@ func (a *amxFrame) step(pre string) {
 		SHRQ(U8(5), t)
 		CMPQ(ch, t)
 		JL(LabelRef(pre + "skeep"))
-		// The last chunk: store panel 2pp at sp, 2pp+1 a panel (128 keys
+		// The last chunk: store panel 2pp at sp, 2pp+1 a panel (amxKeys keys
 		// of 64 bytes) on, and move to the next pair or the next 32 keys.
 		sp, pp := GP64(), GP64()
 		MOVQ(a.sPP, pp)
 		MOVQ(pp, sp)
-		SHLQ(U8(14), sp) // 2 panels of 128 keys
+		SHLQ(U8(amxKeysLog+7), sp) // 2 panels of amxKeys keys
 		ADDQ(a.sSt, sp)
 		tileStore(0, Mem{Base: sp, Index: s64, Scale: 1})
 		tileStore(1, Mem{Base: sp, Index: s64, Scale: 1, Disp: amxKeys * 64})
@@ -449,7 +453,7 @@ func (a *amxFrame) step(pre string) {
 		MOVQ(kc, p)
 		SHLQ(U8(10), p) // 16 rows of pairs
 		MOVQ(a.vPP, t)
-		SHLQ(U8(13), t) // 2 panels of 64 rows
+		SHLQ(U8(amxKeysLog+6), t) // 2 panels of amxKeys/2 rows
 		ADDQ(t, p)
 		ADDQ(a.vP, p)
 		MOVQ(U32(amxKeys*2), vstr)
@@ -492,10 +496,10 @@ func stHalf(b Register, pb bool) Register {
 	MOVQ(b, t)
 	ANDQ(U8(1), t)
 	if pb {
-		SHLQ(U8(14), t)
+		SHLQ(U8(amxKeysLog+7), t)
 		ADDQ(addr(Param("pb").Base()), t)
 	} else {
-		SHLQ(U8(15), t)
+		SHLQ(U8(amxKeysLog+8), t)
 		ADDQ(addr(Param("st").Base()), t)
 	}
 	return t
@@ -544,7 +548,7 @@ func (a *amxFrame) maxima(b Register) {
 		VMOVDQU32(Mem{Base: lp}, lim)
 		j0 := GP64()
 		MOVQ(b, j0)
-		SHLQ(U8(7), j0) // 128 keys a block
+		SHLQ(U8(amxKeysLog), j0)
 		VPBROADCASTD(j0.As32(), jv)
 		one32 := GP32()
 		MOVL(U32(1), one32)
