@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -507,4 +508,30 @@ func BenchmarkPackAMX(b *testing.B) {
 			PackVAMX(dst, kv, AMXKeys, d)
 		}
 	})
+}
+
+// TestAMXNote checks that a refusal of the tile state shows in the note,
+// with ATTN_KERNELS unset or asking for amx.
+func TestAMXNote(t *testing.T) {
+	orig := amxNote
+	defer func() { amxNote = orig }()
+	amxNote = "arch_prctl: operation not permitted"
+	for _, req := range []string{"", "amx"} {
+		impl, note := chooseKernels(req)
+		if slices.Contains(Families(), "amx") {
+			// This machine has the family: the note is about a refusal
+			// it did not have, and only the request without amx shows it.
+			if req == "amx" && impl.name != "amx" {
+				t.Errorf("ATTN_KERNELS=%q: %s", req, impl.name)
+			}
+			continue
+		}
+		if !strings.Contains(note, amxNote) {
+			t.Errorf("ATTN_KERNELS=%q: note %q lacks %q", req, note, amxNote)
+		}
+	}
+	amxNote = ""
+	if _, note := chooseKernels(""); note != "" {
+		t.Errorf("no refusal, ATTN_KERNELS unset: note %q", note)
+	}
 }
