@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,29 +70,36 @@ func TestProgressTicks(t *testing.T) {
 	p := newProgress(&buf, 0, 0)
 	p.tty = true
 	p.Begin(experiment.Step{Label: "slow", Index: 1, Total: 1, Forecast: 5, Rest: 0})
-	time.Sleep(redrawEvery*2 + redrawEvery/2)
+	// The ticker's redraws come however slowly a loaded machine runs
+	// them: wait for two after Begin's own, for much longer than their
+	// period, instead of counting the draws of a fixed sleep.
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(buf.String(), "slow") < 3 && time.Now().Before(deadline) {
+		time.Sleep(redrawEvery)
+	}
 	p.finish()
 	if n := strings.Count(buf.String(), "slow"); n < 3 {
-		t.Errorf("%d draws in 2.5 redraw periods: %q", n, buf.String())
+		t.Errorf("%d draws in 10s of a %v redraw period: %q", n, redrawEvery, buf.String())
 	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the ticker's goroutine.
 type syncBuffer struct {
-	mu  chan struct{}
+	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
-	if b.mu == nil {
-		b.mu = make(chan struct{}, 1)
-	}
-	b.mu <- struct{}{}
-	defer func() { <-b.mu }()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string { return b.buf.String() }
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // TestProgressOnce: a note or a step's ending repeated word for word is
 // printed once (linformer cannot be causal, at every length).
