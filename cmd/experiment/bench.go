@@ -3,6 +3,8 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/internal/simd"
 	"math"
 	"runtime"
@@ -81,8 +83,8 @@ func (cfg *BenchConfig) Check() error {
 	switch {
 	case cfg.Mode != Prefill && cfg.Mode != Decode && cfg.Mode != Train:
 		return fmt.Errorf("%w: mode %q: want prefill, decode or train", attn.ErrInput, cfg.Mode)
-	case cfg.Mode == Prefill && cfg.DType != "f32" && cfg.DType != "":
-		return fmt.Errorf("%w: dtype %q: prefill supports f32 only", attn.ErrInput, cfg.DType)
+	case cfg.Mode == Prefill && cfg.DType != "f32" && cfg.DType != "bf16" && cfg.DType != "":
+		return fmt.Errorf("%w: dtype %q: prefill supports f32 and bf16 (exact only)", attn.ErrInput, cfg.DType)
 	case len(cfg.Ns) == 0:
 		return fmt.Errorf("%w: no lengths", attn.ErrInput)
 	case len(cfg.Mechs) == 0:
@@ -200,7 +202,9 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*eval.Results, error) {
 	for i := range rows {
 		r := &rows[i]
 		r.Kernels = simd.Kernels()
-		if r.Mech == "exact" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
+		// The peak is of float32 FMAs: bfloat16 rows (AMX tiles) are
+		// not measured against it.
+		if r.Mech == "exact" && r.DType != "bf16" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
 			r.PeakPct = 100 * r.GFlops / res.Machine.PeakGFlops
 		}
 	}
@@ -409,6 +413,9 @@ func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, er
 			c.resident += 8 * float64(s.QLen()+s.LSELen())
 		}
 		c.resident += 8 * float64(s.N*s.D)
+		if cfg.DType == "bf16" {
+			c.resident += 2 * float64(2*s.KVLen()+s.QLen())
+		}
 		fits := cfg.MemBudget == 0 || c.resident <= cfg.MemBudget
 		if fits {
 			c.out, c.lse = make([]float32, s.QLen()), make([]float32, s.LSELen())
@@ -421,6 +428,9 @@ func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, er
 				var err error
 				if c.in, err = cfg.inputs(s, causal, cfg.Seed+uint64(n)); err != nil {
 					return rows, err
+				}
+				if cfg.DType == "bf16" {
+					c.qb, c.kb, c.vb = roundBF16(c.in.Q), roundBF16(c.in.K), roundBF16(c.in.V)
 				}
 			}
 			c.refBase, c.exactBase = nil, nil
@@ -455,13 +465,17 @@ func (sw *sweep) prefill(ctx context.Context, mechs []mechanism) ([]eval.Row, er
 // prefillCase is one length and mask of a prefill sweep: the inputs, the
 // buffers the rows write, and the baselines of the errors once they ran.
 type prefillCase struct {
-	s         attn.Shape
-	o         attn.Options
-	in        *eval.Inputs // nil when over the memory budget
-	resident  float64      // bytes held while the rows run
-	out, lse  []float32
-	refBase   *eval.Reference[float64]
-	exactBase *eval.Reference[float32]
+	s        attn.Shape
+	o        attn.Options
+	in       *eval.Inputs // nil when over the memory budget
+	resident float64      // bytes held while the rows run
+	out, lse []float32
+	// qb, kb, vb are Q, K, V in bfloat16 for -dtype bf16, whose float32
+	// inputs are rounded to the same values, so that ref and every row
+	// see one problem.
+	qb, kb, vb []uint16
+	refBase    *eval.Reference[float64]
+	exactBase  *eval.Reference[float32]
 }
 
 // prefillRow runs one mechanism on c. Budgets and the mechanism's own
@@ -503,14 +517,31 @@ func (sw *sweep) prefillRow(ctx context.Context, c *prefillCase, mech mechanism)
 			return row, err
 		}
 	}
-	err := sw.measure(ctx, &row, func() error {
-		return mech.m.Forward(ctx, s, in.Q, in.K, in.V, o, c.out, c.lse)
-	})
+	forward := func() error { return mech.m.Forward(ctx, s, in.Q, in.K, in.V, o, c.out, c.lse) }
+	if c.qb != nil {
+		kn, ok := mech.m.(*flash.Kernel)
+		if !ok {
+			row.Skipped = "no bfloat16 path (-dtype bf16 times exact alone)"
+			return row, nil
+		}
+		forward = func() error { return kn.ForwardBF16(ctx, s, c.qb, c.kb, c.vb, o, c.out, c.lse) }
+	}
+	err := sw.measure(ctx, &row, forward)
 	if err != nil || row.Skipped != "" {
 		return row, err
 	}
 	row.Fallback = mech.fallback(s, o)
 	return row, sw.compare(&row, s, c.out, c.lse, c.refBase, &c.exactBase)
+}
+
+// roundBF16 rounds x to bfloat16 in place and returns the bfloat16 bits.
+func roundBF16(x []float32) []uint16 {
+	b := make([]uint16, len(x))
+	for i, v := range x {
+		b[i] = half.F32ToBF16(v)
+		x[i] = half.BF16ToF32(b[i])
+	}
+	return b
 }
 
 // interrupted returns r as a row stopped by the end of the sweep's

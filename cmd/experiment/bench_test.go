@@ -223,3 +223,39 @@ func TestRunBenchTrain(t *testing.T) {
 		}
 	}
 }
+
+// TestRunBenchBF16: -dtype bf16 times exact on bfloat16 inputs (on the AMX
+// tiles where they run), measured against ref on the same rounded
+// inputs; mechanisms without a bfloat16 path are skipped, saying so.
+func TestRunBenchBF16(t *testing.T) {
+	cfg := BenchConfig{Mode: Prefill, DType: "bf16", Mechs: []string{Ref, "exact", "window"}, Ns: []int{37, 70},
+		B: 1, H: 4, HKV: 2, D: 40, Causal: []bool{false, true}, Reps: 1, Seed: 5, Input: eval.Gaussian, MaxErr: 0.1}
+	res, err := RunBench(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 3*2*2 {
+		t.Fatalf("%d rows", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if r.DType != "bf16" {
+			t.Errorf("%s n=%d: dtype %q", r.Mech, r.N, r.DType)
+		}
+		switch r.Mech {
+		case "exact":
+			// bfloat16 probabilities: relative errors near 2⁻⁹, far above
+			// float32's and far below the bound.
+			if r.Skipped != "" || r.RelErr == nil || *r.RelErr > 1e-2 || r.PeakPct != 0 {
+				t.Errorf("exact n=%d causal=%v: skipped %q, error %v, peak %v%%", r.N, r.Causal, r.Skipped, r.RelErr, r.PeakPct)
+			}
+		case "window":
+			if !strings.Contains(r.Skipped, "bfloat16") {
+				t.Errorf("window ran on bf16: %+v", r)
+			}
+		}
+	}
+	cfg.DType = "f16"
+	if _, err := RunBench(context.Background(), cfg); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("prefill dtype f16: %v, want ErrInput", err)
+	}
+}
