@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -8,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/attnkit/attn"
 )
@@ -405,26 +405,13 @@ func nonFinite(d []float32) int {
 		return nonFiniteIn(d)
 	}
 	found := make([]int, parts)
-	next := make(chan int, parts)
-	for p := range parts {
-		next <- p
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), parts) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range next {
-				lo := p * stretch
-				found[p] = nonFiniteIn(d[lo:min(lo+stretch, len(d))])
-				if found[p] >= 0 {
-					found[p] += lo
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	_ = parallel(context.Background(), runtime.GOMAXPROCS(0), parts, func(p int) {
+		lo := p * stretch
+		found[p] = nonFiniteIn(d[lo:min(lo+stretch, len(d))])
+		if found[p] >= 0 {
+			found[p] += lo
+		}
+	})
 	for _, i := range found {
 		if i >= 0 {
 			return i

@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -9,9 +10,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 )
 
 // Magic is the first four bytes of every GGUF file.
@@ -350,32 +351,20 @@ func (f *File) ReadTensor(name string) ([]float32, error) {
 	blocks := n / uint64(vals)
 	blocksPer := uint64(max(1, decodeChunkKB<<10/bytes))
 	chunks := int((blocks + blocksPer - 1) / blocksPer)
-	workers := min(runtime.GOMAXPROCS(0), chunks)
 	errs := make([]error, chunks)
-	next := make(chan int, chunks)
-	for c := range chunks {
-		next <- c
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, min(blocksPer, blocks)*uint64(bytes))
-			for c := range next {
-				b := uint64(c) * blocksPer
-				nb := min(blocksPer, blocks-b)
-				raw := buf[:nb*uint64(bytes)]
-				if _, err := f.r.ReadAt(raw, f.DataOffset+int64(t.Offset)+int64(b)*int64(bytes)); err != nil {
-					errs[c] = fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, clip(name), err)
-					continue
-				}
-				errs[c] = Decode(out[b*uint64(vals):][:nb*uint64(vals)], raw, t.Type)
-			}
-		}()
-	}
-	wg.Wait()
+	newBuf := func() []byte { return make([]byte, min(blocksPer, blocks)*uint64(bytes)) }
+	_ = parallel.For(context.Background(), runtime.GOMAXPROCS(0), chunks, newBuf, func(buf []byte, c int) error {
+		b := uint64(c) * blocksPer
+		nb := min(blocksPer, blocks-b)
+		raw := buf[:nb*uint64(bytes)]
+		if _, err := f.r.ReadAt(raw, f.DataOffset+int64(t.Offset)+int64(b)*int64(bytes)); err != nil {
+			errs[c] = fmt.Errorf("%w: reading tensor %q: %v", ErrFormat, clip(name), err)
+			return nil
+		}
+		errs[c] = Decode(out[b*uint64(vals):][:nb*uint64(vals)], raw, t.Type)
+		return nil
+	})
+	// The first chunk's error in file order, whatever the worker count.
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
