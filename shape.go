@@ -79,6 +79,12 @@ func fits(limit int, xs ...int) bool {
 // CheckTensors validates the shape and the lengths of q, k, v, and of out
 // and lse where they are non-nil.
 func (s Shape) CheckTensors(q, k, v, out, lse []float32) error {
+	return CheckTensorsOf(s, q, k, v, out, lse)
+}
+
+// CheckTensorsOf is Shape.CheckTensors for q, k, v of any element type
+// (bfloat16 bits as uint16, say), with float32 out and lse.
+func CheckTensorsOf[E any](s Shape, q, k, v []E, out, lse []float32) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}

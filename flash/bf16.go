@@ -71,27 +71,8 @@ func (kn *Kernel) ForwardBF16(ctx context.Context, s attn.Shape, q, k, v []uint1
 // checkBF16 is attn.Check for bfloat16 inputs, with the same errors, and
 // out required only with needOut.
 func checkBF16(s attn.Shape, q, k, v []uint16, out, lse []float32, o attn.Options, needOut bool) error {
-	if err := s.Validate(); err != nil {
+	if err := attn.CheckTensorsOf(s, q, k, v, out, lse); err != nil {
 		return err
-	}
-	for _, t := range []struct {
-		name      string
-		got, want int
-		dims      string
-	}{
-		{"Q", len(q), s.QLen(), "B·H·N·D"},
-		{"K", len(k), s.KVLen(), "B·Hkv·M·D"},
-		{"V", len(v), s.KVLen(), "B·Hkv·M·D"},
-	} {
-		if t.got != t.want {
-			return fmt.Errorf("%w: len(%s) = %d, want %s = %d", attn.ErrShape, t.name, t.got, t.dims, t.want)
-		}
-	}
-	if out != nil && len(out) != s.QLen() {
-		return fmt.Errorf("%w: len(out) = %d, want B·H·N·D = %d", attn.ErrShape, len(out), s.QLen())
-	}
-	if lse != nil && len(lse) != s.LSELen() {
-		return fmt.Errorf("%w: len(lse) = %d, want B·H·N = %d", attn.ErrShape, len(lse), s.LSELen())
 	}
 	if needOut && out == nil {
 		return fmt.Errorf("%w: out is nil", attn.ErrShape)
