@@ -381,7 +381,7 @@ func TestBenchErrors(t *testing.T) {
 		{[]string{"-mode", "decode", "-dtype", "f8"}, "want f32, bf16, f16, i8 or i4"},
 		{[]string{"-mode", "decode", "-kv-heads", "3"}, "not a multiple"},
 		{[]string{"-mode", "fit"}, "want prefill, decode or train"},
-		{[]string{"-dtype", "bf16"}, "f32 only"},
+		{[]string{"-dtype", "f16"}, "prefill supports f32 and bf16"},
 		{[]string{"-n", "0"}, "outside"},
 		{[]string{"-heads", "3", "-kv-heads", "2"}, "not a multiple"},
 		{[]string{"-reps", "0"}, "want 1 or more"},
