@@ -7,10 +7,9 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/parallel"
 )
 
 // call is one Forward call's state, shared by its workers.
@@ -708,52 +707,20 @@ func (c *call) exactChunk(ctx context.Context, w *worker, j *job, part int) erro
 	return nil
 }
 
-// parallel runs f(w, i) for i in [0, n) on up to o.Workers goroutines; each
-// goroutine has its own worker scratch. It stops at the first error or
-// when ctx is done.
+// parallel runs f(w, i) for i in [0, n) on up to o.Workers goroutines
+// through the module's worker pool; each goroutine has its own worker
+// scratch, kept in c across the call's phases.
 func (c *call) parallel(ctx context.Context, n int, f func(w *worker, i int) error) error {
-	if n == 0 {
-		return nil
-	}
 	nw := c.o.WorkerCount(runtime.GOMAXPROCS(0), n)
 	for len(c.workers) < nw {
 		c.workers = append(c.workers, nil)
 	}
-	var next atomic.Int64
-	var failed atomic.Bool
-	errs := make([]error, nw)
-	var wg sync.WaitGroup
-	for wi := range nw {
-		wg.Go(func() {
-			if c.workers[wi] == nil {
-				c.workers[wi] = newWorker()
-			}
-			w := c.workers[wi]
-			for !failed.Load() {
-				if err := ctx.Err(); err != nil {
-					errs[wi] = err
-					failed.Store(true)
-					return
-				}
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(w, i); err != nil {
-					errs[wi] = err
-					failed.Store(true)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
+	return parallel.ForWorker(ctx, nw, n, func(wi, i int) error {
+		if c.workers[wi] == nil {
+			c.workers[wi] = newWorker()
 		}
-	}
-	return nil
+		return f(c.workers[wi], i)
+	})
 }
 
 // worker is one goroutine's scratch, reused across tasks and phases.
