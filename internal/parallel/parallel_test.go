@@ -92,3 +92,27 @@ func TestCancelOnce(t *testing.T) {
 		t.Errorf("err = %q, want boom once", err)
 	}
 }
+
+// ForWorker's index names one goroutine: no two items run at once under
+// the same index, and every index is below the worker count.
+func TestForWorkerIndex(t *testing.T) {
+	for _, workers := range []int{1, 2, 5} {
+		busy := make([]atomic.Bool, workers)
+		err := ForWorker(context.Background(), workers, 200, func(w, i int) error {
+			if w < 0 || w >= workers {
+				return errors.New("index out of range")
+			}
+			if busy[w].Swap(true) {
+				return errors.New("two items at once on one index")
+			}
+			for range 100 {
+				_ = i * i
+			}
+			busy[w].Store(false)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("workers %d: %v", workers, err)
+		}
+	}
+}
