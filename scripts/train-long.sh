@@ -28,20 +28,20 @@ phase() { # name, then the phase's flags
 		"${start[@]}" -o "$W/$name.gguf" "$@"
 }
 
-# A0: the rotary base raised from 10000 to 50000 and the task mixed in at
-# weight 1, from the embedded model (the first run of 2026-12-01 stopped
-# it at step 650 and went on from its step-600 checkpoint, a0.gguf).
-if [ ! -f "$W/a0.gguf" ]; then
-	phase a0 -init austen -ctx 1024 -rope-base 50000 -batch 4 -steps 600 -warmup 30 -lr 1e-3 -min-lr 1e-4
-fi
-START=${START:-$W/a0.gguf}
-# A: the retrieval task at 512 tokens, its answers weighted 20.
-phase a -init "$START" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
-# A2: 800 more steps at 512 tokens: at the end of A the answer's digits
-# cost about 1 nat each (2.3 at chance), so the copy was being learnt,
-# but greedy answers were still wrong.
-phase a2 -init "$W/a.gguf" -ctx 512 -batch 8 -steps 800 -warmup 20 -lr 1e-3 -min-lr 1e-4 -answer-weight 20
+# The curriculum of 2026-12-02 (results/long/README.md says why): the
+# earlier one (retrieval from the start, phases a0..c) never taught the
+# model to copy in context, so retrieval never came.
+# I: induction heads first, at 128 tokens where a step is cheap: 70% of
+# the windows are shuffled tokens whose second half copies stretches of
+# the first; the eval line's "copy A→B" falls when the model copies.
+phase i -init austen -rope-base 50000 -ctx 128 -batch 32 -steps 1500 -warmup 50 -lr 2e-3 -min-lr 5e-4 \
+	-induction 0.7 -retrieval 0.15 -facts 1 -asks 1 -answer-weight 5
+# R: retrieval at 512 tokens, four facts and four questions a window.
+phase r -init "$W/i.gguf" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1e-3 -min-lr 2e-4 \
+	-induction 0.2 -retrieval 0.5 -facts 4 -asks 4 -answer-weight 5
 # B: 2k tokens.
-phase b -init "$W/a2.gguf" -ctx 2048 -batch 2 -steps 200 -warmup 10 -lr 5e-4 -min-lr 5e-5 -answer-weight 10
+phase b -init "$W/r.gguf" -ctx 2048 -batch 2 -steps 200 -warmup 10 -lr 5e-4 -min-lr 1e-4 \
+	-induction 0.1 -retrieval 0.5 -facts 4 -asks 4 -answer-weight 5
 # C: 8k tokens.
-phase c -init "$W/b.gguf" -ctx 8192 -batch 1 -steps 150 -warmup 10 -lr 3e-4 -min-lr 3e-5 -answer-weight 10
+phase c -init "$W/b.gguf" -ctx 8192 -batch 1 -steps 150 -warmup 10 -lr 3e-4 -min-lr 5e-5 \
+	-induction 0.1 -retrieval 0.5 -facts 4 -asks 4 -answer-weight 5
