@@ -45,6 +45,9 @@ type layout interface {
 // over all keys of some rows) with the kernel.
 type part interface {
 	run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error
+	// grad writes or adds the part's share of the gradients (see
+	// Attention.Backward); parts that overwrite rows have none.
+	grad(ctx context.Context, g gradArgs) error
 }
 
 // Name returns the mechanism's name on the command line: "window",
@@ -108,21 +111,43 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 	return nil
 }
 
-// Backward computes the gradients of Forward (see attn.Differentiable)
-// with the exact kernel's backward pass over the pattern of the call,
-// Pattern(s, o.Causal). Every mechanism here is one flash.Pattern, so no
-// layout needs a backward of its own and none is unsupported; the parts
-// Forward splits a pattern into do not matter, since out and lse are the
-// same. The cost is that of the pattern's cover, its KeyRanges: about the
-// visible keys for a window, BigBird, Longformer (all M keys for a query
-// tile holding a global row) and fixed mode (up to 256 blocks of summary
-// columns; one masked range past that), but Left+Right+tile keys a row
-// for a dilated window, and a masked range over all keys for strided
-// mode, whose backward pass then does dense attention's work. A cancelled
-// ctx stops it, the gradients then being partly written.
+// Backward computes the gradients of Forward (see attn.Differentiable).
+// Where Forward's plan is parts over disjoint key sets only (window and
+// strided), the gradients are the sums of the parts' gradients, each
+// computed by the exact kernel's backward pass over the part's own
+// pattern, as Forward ran it: given the whole row's out and lse, the
+// kernel's probabilities exp(s−lse) and its rowsum(dO∘O) are the whole
+// attention's, restricted to the part's keys, so the parts' shares add up
+// exactly. Strided mode so costs what its forward costs, O(l + M/l) keys
+// a query. Other plans (Longformer and BigBird, whose global rows
+// overwrite what the merged parts computed) run the kernel's backward
+// over the pattern's cover, Pattern(s, o.Causal).KeyRanges: about the
+// visible keys for BigBird and Longformer (all M keys for a query tile
+// holding a global row). A cancelled ctx stops it, the gradients then
+// being partly written.
 func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, dq, dk, dv []float32) error {
 	if err := attn.CheckBackward(s, q, k, v, out, lse, dout, dq, dk, dv, o); err != nil {
 		return err
+	}
+	merged, rows, err := a.layout.plan(s, o.Causal)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		g := gradArgs{kn: a.kernel, s: s, q: q, k: k, v: v, out: out, lse: lse, dout: dout, o: o, dq: dq, dk: dk, dv: dv}
+		if _, ok := merged[0].(direct); !ok {
+			clear(dq)
+			clear(dk)
+			clear(dv)
+			g.add = true
+		}
+		for _, p := range merged {
+			if err := p.grad(ctx, g); err != nil {
+				return err
+			}
+			g.add = true
+		}
+		return nil
 	}
 	pat, err := a.layout.pattern(s, o.Causal)
 	if err != nil {
@@ -131,12 +156,48 @@ func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 	return a.kernel.Backward(ctx, s, q, k, v, out, lse, dout, o, pat, dq, dk, dv)
 }
 
+// gradArgs are the arguments of a part's backward pass: the whole
+// problem's inputs, out, lse and dout, and the gradients it writes (add
+// false: only the first part, which covers every row and key of a
+// direct pattern) or adds to.
+type gradArgs struct {
+	kn                      *flash.Kernel
+	s                       attn.Shape
+	q, k, v, out, lse, dout []float32
+	o                       attn.Options
+	dq, dk, dv              []float32
+	add                     bool
+}
+
+// addTo adds x to dst.
+func addTo(dst, x []float32) {
+	for i, v := range x {
+		dst[i] += v
+	}
+}
+
 // direct runs a pattern on the tensors as they are; the kernel applies the
 // causal and padding masks.
 type direct struct{ pat flash.Pattern }
 
 func (d direct) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
 	return kn.ForwardPattern(ctx, s, q, k, v, o, d.pat, out, lse)
+}
+
+func (d direct) grad(ctx context.Context, g gradArgs) error {
+	s := g.s
+	if !g.add {
+		return g.kn.Backward(ctx, s, g.q, g.k, g.v, g.out, g.lse, g.dout, g.o, d.pat, g.dq, g.dk, g.dv)
+	}
+	pq, pk, pv := getFloats(s.QLen()), getFloats(s.KVLen()), getFloats(s.KVLen())
+	defer putFloats(pq, pk, pv)
+	if err := g.kn.Backward(ctx, s, g.q, g.k, g.v, g.out, g.lse, g.dout, g.o, d.pat, *pq, *pk, *pv); err != nil {
+		return err
+	}
+	addTo(g.dq, *pq)
+	addTo(g.dk, *pk)
+	addTo(g.dv, *pv)
+	return nil
 }
 
 // gathered is a sub-problem of one batch row: the query rows rows (indices
@@ -221,6 +282,69 @@ func (g gathered) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k,
 	return nil
 }
 
+// grad adds the part's gradients: the kernel's backward pass over the
+// gathered problem, given the whole problem's out, lse and dout of its
+// rows, scattered back onto the rows and keys it gathered.
+func (g gathered) grad(ctx context.Context, a gradArgs) error {
+	s, b, d := a.s, g.b, a.s.D
+	n := s.N
+	if g.rows != nil {
+		n = len(g.rows)
+	}
+	if n == 0 || len(g.keys) == 0 {
+		return nil // its rows see none of its keys: it adds nothing
+	}
+	sub := attn.Shape{B: 1, H: s.H, HKV: s.HKV, N: n, M: len(g.keys), D: d}
+	var bufs []*[]float32
+	defer func() { putFloats(bufs...) }()
+	take := func(x []float32, w int) []float32 {
+		if g.rows == nil {
+			return x[b*s.H*s.N*w:][:s.H*s.N*w]
+		}
+		p := getFloats(s.H * n * w)
+		bufs = append(bufs, p)
+		for h := range s.H {
+			for r, i := range g.rows {
+				copy((*p)[(h*n+r)*w:][:w], x[((b*s.H+h)*s.N+i)*w:][:w])
+			}
+		}
+		return *p
+	}
+	qs, os, ls, gs := take(a.q, d), take(a.out, d), take(a.lse, 1), take(a.dout, d)
+	pk, pv := getFloats(sub.KVLen()), getFloats(sub.KVLen())
+	pdq, pdk, pdv := getFloats(sub.QLen()), getFloats(sub.KVLen()), getFloats(sub.KVLen())
+	bufs = append(bufs, pk, pv, pdq, pdk, pdv)
+	ks, vs := *pk, *pv
+	for h := range s.HKV {
+		base := (b*s.HKV + h) * s.M
+		for t, j := range g.keys {
+			copy(ks[(h*len(g.keys)+t)*d:][:d], a.k[(base+j)*d:][:d])
+			copy(vs[(h*len(g.keys)+t)*d:][:d], a.v[(base+j)*d:][:d])
+		}
+	}
+	so := attn.Options{Scale: a.o.ScaleFor(d), Workers: a.o.Workers}
+	if err := a.kn.Backward(ctx, sub, qs, ks, vs, os, ls, gs, so, g.pat, *pdq, *pdk, *pdv); err != nil {
+		return err
+	}
+	if g.rows == nil {
+		addTo(a.dq[b*s.H*s.N*d:][:s.H*s.N*d], *pdq)
+	} else {
+		for h := range s.H {
+			for r, i := range g.rows {
+				addTo(a.dq[((b*s.H+h)*s.N+i)*d:][:d], (*pdq)[(h*n+r)*d:][:d])
+			}
+		}
+	}
+	for h := range s.HKV {
+		base := (b*s.HKV + h) * s.M
+		for t, j := range g.keys {
+			addTo(a.dk[(base+j)*d:][:d], (*pdk)[(h*len(g.keys)+t)*d:][:d])
+			addTo(a.dv[(base+j)*d:][:d], (*pdv)[(h*len(g.keys)+t)*d:][:d])
+		}
+	}
+	return nil
+}
+
 // perBatch runs one gathered sub-problem per batch row, built by make for
 // that row's valid key count.
 type perBatch func(b, valid int) gathered
@@ -233,6 +357,20 @@ func (pb perBatch) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k
 		g := pb(b, o.KeyEnd(s, b))
 		g.b = b
 		if err := g.run(ctx, kn, s, q, k, v, o, out, lse); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pb perBatch) grad(ctx context.Context, a gradArgs) error {
+	for b := range a.s.B {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		g := pb(b, a.o.KeyEnd(a.s, b))
+		g.b = b
+		if err := g.grad(ctx, a); err != nil {
 			return err
 		}
 	}
