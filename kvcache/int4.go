@@ -1,7 +1,6 @@
 package kvcache
 
 import (
-	"encoding/binary"
 	"math"
 	"unsafe"
 
@@ -141,22 +140,6 @@ func quantRow4(row []uint8, scale, zero []float32, x []float32, pw int) {
 		inv := inv4(s)
 		for c := c0; c < c1; c++ {
 			setCode4(row, c, code4(x[c], z, inv), pw)
-		}
-	}
-}
-
-// unpack4 widens rows packed rows of pw bytes (src, contiguous) to rows of
-// 2·pw codes (dst, contiguous), channels in order.
-func unpack4(dst, src []uint8, rows, pw int) {
-	const m = 0x0F0F0F0F0F0F0F0F
-	for r := range rows {
-		s := src[r*pw:][:pw]
-		d := dst[2*r*pw:][:2*pw]
-		lo, hi := d[:pw], d[pw:]
-		for i := 0; i+8 <= pw; i += 8 {
-			x := binary.LittleEndian.Uint64(s[i:])
-			binary.LittleEndian.PutUint64(lo[i:], x&m)
-			binary.LittleEndian.PutUint64(hi[i:], x>>4&m)
 		}
 	}
 }
@@ -361,6 +344,9 @@ type i4Scratch struct {
 	qf []float32 // [g][stride] queries times a key group's scales
 	z  []float32 // [g] or [g][chanGroups] query sums against zeros
 	pt []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
+	// sg, zg are a channel group's value scales and zeros of a block's
+	// rows.
+	sg, zg []float32
 }
 
 func (sc *decodeScratch) i4() *i4Scratch {
@@ -371,6 +357,8 @@ func (sc *decodeScratch) i4() *i4Scratch {
 			qf: make([]float32, sc.g*sc.stride),
 			z:  make([]float32, sc.g*ng),
 			pt: make([]float32, ng*sc.g*decodeBlock),
+			sg: make([]float32, decodeBlock),
+			zg: make([]float32, decodeBlock),
 		}
 	}
 	return sc.q4
@@ -412,7 +400,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 			}
 			x.z[r] = simd.Dot(q, zero)
 		}
-		unpack4(x.u, c.k4[(row0+j)*pw:], m, pw)
+		simd.Unpack4(x.u, c.k4[(row0+j)*pw:], m, pw)
 		simd.DotRowsI8(sc.s[j:], decodeBlock, x.qf, st, g, asInt8(x.u[:(m-1)*st+d]), st, m, d)
 		for r := range g {
 			z := x.z[r]
@@ -430,7 +418,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) {
 	st, pw, d := c.stride, c.stride/2, c.cfg.D
 	ng := chanGroups(d)
-	unpack4(x.u, c.k4[row0*pw:], nb, pw)
+	simd.Unpack4(x.u, c.k4[row0*pw:], nb, pw)
 	u := asInt8(x.u)
 	for cg := range ng {
 		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
@@ -466,22 +454,26 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	row0 := off / st
 	ng := chanGroups(d)
 	x := sc.i4()
-	unpack4(x.u, c.v4[row0*pw:], nb, pw)
+	simd.Unpack4(x.u, c.v4[row0*pw:], nb, pw)
 	u := asInt8(x.u)
 	scale, zero := c.v4s[row0*ng:][:nb*ng], c.v4z[row0*ng:][:nb*ng]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		w := (min(d, c0+i4ChanGroup) - c0 + 7) &^ 7
 		pt := x.pt[:g*decodeBlock]
-		for r := range g {
-			p := sc.s[r*decodeBlock:][:nb]
-			ps := pt[r*decodeBlock:][:nb]
-			var z float32
-			for j, v := range p {
-				ps[j] = v * scale[j*ng+cg]
-				z += v * zero[j*ng+cg]
+		// The group's scales and zeros of the block's rows, contiguous,
+		// so that the products with the probabilities run in the kernels.
+		sg, zg := scale, zero
+		if ng > 1 {
+			sg, zg = x.sg[:nb], x.zg[:nb]
+			for j := range nb {
+				sg[j], zg[j] = scale[j*ng+cg], zero[j*ng+cg]
 			}
-			x.z[r] = z
+		}
+		copy(pt[:(g-1)*decodeBlock+nb], sc.s)
+		simd.ScaleColumns(pt, decodeBlock, g, sg)
+		for r := range g {
+			x.z[r] = simd.Dot(sc.s[r*decodeBlock:][:nb], zg)
 		}
 		simd.GemmI8(g, w, nb, pt, decodeBlock, u[c0:][:(nb-1)*st+w], st, sc.acc[c0:], st, true, nil)
 		for r := range g {

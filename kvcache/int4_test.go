@@ -9,6 +9,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/simd"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -130,7 +131,7 @@ func TestUnpack4(t *testing.T) {
 			}
 		}
 		got := make([]uint8, rows*st)
-		unpack4(got, packed, rows, pw)
+		simd.Unpack4(got, packed, rows, pw)
 		for i := range got {
 			if got[i] != codes[i] {
 				t.Fatalf("stride %d: code %d unpacks as %d, want %d", st, i, got[i], codes[i])

@@ -46,6 +46,7 @@ type implementation struct {
 	dotRowsI8PF  func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8)
 	gemmI8       func(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
 	widenI8      func(dst []float32, src []int8, scale []float32, ld int) // len(dst) >= len(scale)·ld
+	unpack4      func(dst, src []uint8, rows, pw int)
 	scaleColumns func(s []float32, lds, rows int, f []float32)
 
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
@@ -94,6 +95,7 @@ var genericImpl = implementation{
 	dotRowsI8PF:  dotRowsI8PFGeneric,
 	gemmI8:       gemmI8Generic,
 	widenI8:      widenI8Generic,
+	unpack4:      unpack4Generic,
 	scaleColumns: scaleColumnsGeneric,
 
 	gemmPanels:    gemmPanelsGeneric,

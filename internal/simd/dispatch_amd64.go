@@ -106,6 +106,7 @@ func avx2Implementation() implementation {
 		dotRowsI8PF:  dotRowsI8PFAVX2,
 		gemmI8:       gemmI8AVX2,
 		widenI8:      widenI8AVX2,
+		unpack4:      unpack4AVX2,
 		scaleColumns: scaleColumnsAVX2,
 
 		gemmPanels:    gemmPanelsAVX2,

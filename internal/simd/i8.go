@@ -1,5 +1,7 @@
 package simd
 
+import "encoding/binary"
+
 // The kernels of the decode step on an int8 KV cache, whose rows are
 // int8 codes with one float32 scale a row (the row is code·scale):
 // DotRowsI8 and GemmI8 widen the codes in registers and leave the scales
@@ -133,6 +135,34 @@ func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []flo
 			for i := range m {
 				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
 			}
+		}
+	}
+}
+
+// Unpack4 widens rows of packed 4-bit codes to a byte a code, for the
+// int8 kernels: row r of src is pw bytes, byte i holding code i in its
+// low nibble and code i+pw in its high one, and row r of dst is its 2·pw
+// codes in order (0…15). It panics unless pw is a positive multiple of
+// 8, len(src) >= rows·pw and len(dst) >= 2·rows·pw.
+func Unpack4(dst, src []uint8, rows, pw int) {
+	if rows < 0 || pw <= 0 || pw%8 != 0 || len(src)/pw < rows || len(dst)/(2*pw) < rows {
+		panic("simd: Unpack4 with pw not a positive multiple of 8, or src or dst too short for rows")
+	}
+	active.unpack4(dst, src, rows, pw)
+}
+
+// unpack4Generic is Unpack4 in Go: two masks and a shift of 8 bytes at a
+// time.
+func unpack4Generic(dst, src []uint8, rows, pw int) {
+	const m = 0x0F0F0F0F0F0F0F0F
+	for r := range rows {
+		s := src[r*pw:][:pw]
+		d := dst[2*r*pw:][:2*pw]
+		lo, hi := d[:pw], d[pw:]
+		for i := 0; i+8 <= pw; i += 8 {
+			x := binary.LittleEndian.Uint64(s[i:])
+			binary.LittleEndian.PutUint64(lo[i:], x&m)
+			binary.LittleEndian.PutUint64(hi[i:], x>>4&m)
 		}
 	}
 }

@@ -339,3 +339,47 @@ func TestI8NoAlloc(t *testing.T) {
 		}
 	})
 }
+
+// TestUnpack4 widens packed rows of every width a cache has (8 to 72
+// bytes: the 32-byte steps and the 8-byte ones) at four alignments of
+// dst; every code must be its nibble, and no byte outside the rows may
+// be read or written (the bytes around src and dst hold a guard).
+func TestUnpack4(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	const g8 = 0xA5
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, pw := range []int{8, 16, 24, 32, 40, 64, 72} {
+			for _, rows := range []int{0, 1, 2, 5} {
+				for off := range 4 {
+					src := make([]uint8, rows*pw+16)
+					for i := range src {
+						src[i] = uint8(r.Uint32())
+					}
+					dst := make([]uint8, off+2*rows*pw+32)
+					for i := range dst {
+						dst[i] = g8
+					}
+					impl.unpack4(dst[off:], src[:rows*pw], rows, pw)
+					name := fmt.Sprintf("pw=%d rows=%d off=%d", pw, rows, off)
+					for i, b := range dst {
+						j := i - off
+						if j < 0 || j >= 2*rows*pw {
+							if b != g8 {
+								t.Fatalf("%s: dst[%d] outside the rows written", name, i)
+							}
+							continue
+						}
+						row, c := j/(2*pw), j%(2*pw)
+						want := src[row*pw+c%pw] & 15
+						if c >= pw {
+							want = src[row*pw+c-pw] >> 4
+						}
+						if b != want {
+							t.Fatalf("%s: row %d code %d = %d, want %d", name, row, c, b, want)
+						}
+					}
+				}
+			}
+		}
+	})
+}

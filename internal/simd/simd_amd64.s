@@ -32544,6 +32544,62 @@ end:
 	VZEROUPPER
 	RET
 
+// func unpack4AVX2(dst []uint8, src []uint8, rows int, pw int)
+// Requires: AVX, AVX2
+TEXT ·unpack4AVX2(SB), NOSPLIT, $0-64
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         rows+48(FP), DX
+	MOVQ         pw+56(FP), BX
+	MOVL         $0x0f0f0f0f, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+
+row:
+	TESTQ DX, DX
+	JZ    end
+	MOVQ  BX, DI
+	LEAQ  (AX)(BX*1), SI
+
+loop32:
+	CMPQ    DI, $0x20
+	JL      loop8
+	VMOVDQU (CX), Y1
+	VPSRLW  $0x04, Y1, Y2
+	VPAND   Y0, Y1, Y1
+	VPAND   Y0, Y2, Y2
+	VMOVDQU Y1, (AX)
+	VMOVDQU Y2, (SI)
+	ADDQ    $0x20, CX
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, SI
+	SUBQ    $0x20, DI
+	JMP     loop32
+
+loop8:
+	TESTQ  DI, DI
+	JZ     next
+	VMOVQ  (CX), X1
+	VPSRLW $0x04, X1, X2
+	VPAND  X0, X1, X1
+	VPAND  X0, X2, X2
+	VMOVQ  X1, (AX)
+	VMOVQ  X2, (SI)
+	ADDQ   $0x08, CX
+	ADDQ   $0x08, AX
+	ADDQ   $0x08, SI
+	SUBQ   $0x08, DI
+	JMP    loop8
+
+next:
+	MOVQ SI, AX
+	DECQ DX
+	JMP  row
+
+end:
+	VZEROUPPER
+	RET
+
 // func scaleColumnsAVX2(s []float32, lds int, rows int, f []float32)
 // Requires: AVX
 TEXT ·scaleColumnsAVX2(SB), NOSPLIT, $0-64

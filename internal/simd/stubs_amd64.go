@@ -171,6 +171,11 @@ func gemmI8AVX2(m int, n int, k int, a []float32, lda int, b []int8, ldb int, c 
 //go:noescape
 func widenI8AVX2(dst []float32, src []int8, scale []float32, ld int)
 
+// unpack4AVX2 is Unpack4; the Go caller checks the sizes (pw a positive multiple of 8).
+//
+//go:noescape
+func unpack4AVX2(dst []uint8, src []uint8, rows int, pw int)
+
 // scaleColumnsAVX2 sets s[r*lds+j] *= f[j] for r < rows, j < len(f); the Go caller checks the sizes.
 //
 //go:noescape

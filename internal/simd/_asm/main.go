@@ -55,6 +55,7 @@ func main() {
 	dotRowsI8()
 	gemmI8()
 	widenI8()
+	unpack4()
 	scaleColumns()
 
 	fmaPeak512()
