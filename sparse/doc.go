@@ -71,7 +71,10 @@
 // A prompt chunk runs through Forward itself.
 //
 // (*Attention).Backward (attn.Differentiable) is the exact kernel's
-// backward pass over the mechanism's pattern.
+// backward pass over the parts Forward ran (window, strided: their
+// gradients add up, so the backward reads what the forward read), or
+// over the mechanism's pattern (Longformer and BigBird, whose global rows
+// replace what the other parts computed).
 //
 // # Errors
 //
