@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/simd"
 	"github.com/attnkit/attn/model/gguf"
 )
 
@@ -257,9 +258,11 @@ func TestBigModel(t *testing.T) {
 	kv := c.KVDim()
 	perTok := int64(c.Layers)*int64(2*c.Dim*c.Dim+2*kv*c.Dim+3*c.Dim*c.Hidden) + int64(c.Vocab*c.Dim)
 	products := pass.Seconds() - r.AttnSeconds
-	t.Logf("ppl over %d tokens (%d window): %.4g in %v, %.1f tokens/s; attention %.1f s, the rest (weight products, norms, softmax of the logits) %.1f s = %.1f GFLOP/s of weight products on %d workers",
+	gflops := 2 * float64(perTok) * float64(ctxLen) / products / 1e9
+	peak := simd.MeasurePeakGFlops(runtime.GOMAXPROCS(0), 500*time.Millisecond)
+	t.Logf("ppl over %d tokens (%d window): %.4g in %v, %.1f tokens/s; attention %.1f s, the rest (weight products, norms, softmax of the logits) %.1f s = %.1f GFLOP/s of weight products on %d workers, %.0f%% of the FMA peak measured after the pass (%.0f GFLOP/s, kernels %s)",
 		r.Tokens, r.Windows, r.PPL(), pass.Round(time.Millisecond), float64(ctxLen)/pass.Seconds(), r.AttnSeconds, products,
-		2*float64(perTok)*float64(ctxLen)/products/1e9, runtime.GOMAXPROCS(0))
+		gflops, runtime.GOMAXPROCS(0), 100*gflops/peak, peak, simd.Kernels())
 	t.Logf("peak resident %.2f GB (VmHWM), Go heap %.2f GB of %.2f GB from the OS; logits of the window %.2f GB",
 		float64(procStatus("VmHWM"))/1e9, float64(ms.HeapInuse)/1e9, float64(ms.Sys)/1e9, float64(ctxLen*c.Vocab*4)/1e9)
 	if math.IsNaN(r.PPL()) || math.IsInf(r.NLL, 0) {
