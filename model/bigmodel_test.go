@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -372,6 +373,63 @@ func TestLinearChunked(t *testing.T) {
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(whole[i]) {
 				t.Fatalf("chunk %d: value %d is %v, all at once %v", chunk, i, got[i], whole[i])
+			}
+		}
+	}
+}
+
+// TestGemmLoopOrders checks gemm against a float64 product on sizes no
+// tile divides (k over several tileK steps, n not a multiple of
+// simd.Panel), with and without accumulation, and that both loop orders
+// (B's whole strip packed, or tileK rows at a time) and every worker
+// count give the same bits: each element sums over k in one order.
+func TestGemmLoopOrders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 0))
+	const m, n, k = 197, 141, 2*tileK + 37
+	a, b := make([]float32, m*k), make([]float32, k*n)
+	for i := range a {
+		a[i] = float32(rng.NormFloat64())
+	}
+	for i := range b {
+		b[i] = float32(rng.NormFloat64())
+	}
+	c0 := make([]float32, m*n)
+	for i := range c0 {
+		c0[i] = float32(rng.NormFloat64())
+	}
+	defer func(s int) { gemmStrip = s }(gemmStrip)
+	for _, acc := range []bool{false, true} {
+		var first []float32
+		for _, strip := range []int{0, stripFloats, 1 << 30} {
+			gemmStrip = strip
+			for _, workers := range []int{1, 3} {
+				c := slices.Clone(c0)
+				if err := gemm(context.Background(), workers, m, n, k, a, k, b, n, c, n, acc); err != nil {
+					t.Fatal(err)
+				}
+				if first == nil {
+					first = c
+					for i := range m {
+						for j := range n {
+							var s float64
+							if acc {
+								s = float64(c0[i*n+j])
+							}
+							for p := range k {
+								s += float64(a[i*k+p]) * float64(b[p*n+j])
+							}
+							if d := math.Abs(float64(c[i*n+j]) - s); d > 1e-4*(1+math.Abs(s)) {
+								t.Fatalf("acc %v: [%d][%d] = %v, want %v", acc, i, j, c[i*n+j], s)
+							}
+						}
+					}
+					continue
+				}
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(first[i]) {
+						t.Fatalf("acc %v strip %d workers %d: value %d is %v, not %v", acc, strip, workers, i, c[i], first[i])
+					}
+				}
 			}
 		}
 	}

@@ -46,12 +46,21 @@ type trainPass struct {
 	nsin        []float32 // −sin: the inverse rotation
 }
 
+// gemmStrip is stripFloats, a variable so that the tests run both
+// loop orders of gemm.
+var gemmStrip = stripFloats
+
 // gemm computes C = A·B (or C += A·B) in tiles spread over the workers,
 // each tile summing over k in the same order whatever the worker count,
 // so that results are bit-identical on any number of goroutines. Each
 // tile of B is first copied to a contiguous block: the rows of B are
 // often whole activations (a stride of 8 KB at 2048 positions), which
-// would map every row of a panel to the same L1 set.
+// would map every row of a panel to the same L1 set. When a work item's
+// whole strip of B (k rows of a column tile) fits in stripFloats, it is
+// packed once and each tile of C takes all its k steps before the next,
+// so that the tile stays in the core's caches instead of travelling to
+// memory and back once per tileK rows of B (C of a layer over a long
+// window is tens of megabytes).
 func gemm(ctx context.Context, workers, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) error {
 	if m == 0 || n == 0 {
 		return nil
@@ -63,15 +72,19 @@ func gemm(ctx context.Context, workers, m, n, k int, a []float32, lda int, b []f
 	runs := min(rowTiles, max(1, (4*workers+colTiles-1)/colTiles))
 	run := (rowTiles + runs - 1) / runs
 	runs = (rowTiles + run - 1) / run
+	strip := k*tileCols <= gemmStrip
+	packRows := tileK
+	if strip {
+		packRows = max(k, 1)
+	}
 	// A last column tile narrower than a panel (n not a multiple of
 	// simd.Panel: a model of any width) goes through a zero-padded copy
 	// of B and a scratch tile of C, so that the kernels see whole panels.
 	type scratch struct{ pack, tile []float32 }
 	newPack := func() scratch {
-		return scratch{pack: make([]float32, tileK*tileCols), tile: make([]float32, tileRows*tileCols)}
+		return scratch{pack: make([]float32, packRows*tileCols), tile: make([]float32, tileRows*tileCols)}
 	}
 	return par.For(ctx, workers, runs*colTiles, newPack, func(sc scratch, it int) error {
-		pack := sc.pack
 		t0, c0 := it/colTiles*run, it%colTiles*tileCols
 		t1 := min(t0+run, rowTiles)
 		nc := min(tileCols, n-c0)
@@ -81,31 +94,49 @@ func gemm(ctx context.Context, workers, m, n, k int, a []float32, lda int, b []f
 				clear(c[r*ldc+c0:][:nc])
 			}
 		}
-		for k0 := 0; k0 < k; k0 += tileK {
-			kc := min(tileK, k-k0)
+		// pack copies rows [k0, k0+kc) of the column tile of B to dst.
+		pack := func(dst []float32, k0, kc int) {
 			for r := range kc {
-				row := pack[r*ncp:][:ncp]
+				row := dst[r*ncp:][:ncp]
 				copy(row, b[(k0+r)*ldb+c0:][:nc])
 				clear(row[nc:])
 			}
-			for ti := t0; ti < t1; ti++ {
-				r0 := ti * tileRows
-				mr := min(tileRows, m-r0)
-				add := acc || k0 > 0
-				if ncp == nc {
-					simd.Gemm(mr, nc, kc, a[r0*lda+k0:], lda, pack, nc, c[r0*ldc+c0:], ldc, add)
-					continue
-				}
-				tile := sc.tile[:mr*ncp]
-				if add {
-					for r := range mr {
-						copy(tile[r*ncp:][:nc], c[(r0+r)*ldc+c0:][:nc])
-					}
-				}
-				simd.Gemm(mr, ncp, kc, a[r0*lda+k0:], lda, pack, ncp, tile, ncp, add)
+		}
+		// step adds rows [k0, k0+kc) of the product to row tile ti, B's
+		// rows packed in bp.
+		step := func(ti, k0, kc int, bp []float32) {
+			r0 := ti * tileRows
+			mr := min(tileRows, m-r0)
+			add := acc || k0 > 0
+			if ncp == nc {
+				simd.Gemm(mr, nc, kc, a[r0*lda+k0:], lda, bp, nc, c[r0*ldc+c0:], ldc, add)
+				return
+			}
+			tile := sc.tile[:mr*ncp]
+			if add {
 				for r := range mr {
-					copy(c[(r0+r)*ldc+c0:][:nc], tile[r*ncp:][:nc])
+					copy(tile[r*ncp:][:nc], c[(r0+r)*ldc+c0:][:nc])
 				}
+			}
+			simd.Gemm(mr, ncp, kc, a[r0*lda+k0:], lda, bp, ncp, tile, ncp, add)
+			for r := range mr {
+				copy(c[(r0+r)*ldc+c0:][:nc], tile[r*ncp:][:nc])
+			}
+		}
+		if strip {
+			pack(sc.pack, 0, k)
+			for ti := t0; ti < t1; ti++ {
+				for k0 := 0; k0 < k; k0 += tileK {
+					step(ti, k0, min(tileK, k-k0), sc.pack[k0*ncp:])
+				}
+			}
+			return nil
+		}
+		for k0 := 0; k0 < k; k0 += tileK {
+			kc := min(tileK, k-k0)
+			pack(sc.pack, k0, kc)
+			for ti := t0; ti < t1; ti++ {
+				step(ti, k0, kc, sc.pack)
 			}
 		}
 		return nil

@@ -24,6 +24,9 @@ const (
 	tileRows = 96
 	tileCols = 128
 	tileK    = 256
+	// stripFloats bounds the strip of B (k rows of a column tile) that
+	// gemm packs whole, to stay in a core's L2 with the tiles of A and C.
+	stripFloats = 1 << 17
 	// gemmMin is the number of positions from which a product goes
 	// through simd.Gemm (positions padded to 16) rather than dot
 	// products (each weight row read once for all positions).
