@@ -204,3 +204,35 @@ func TestWindows(t *testing.T) {
 		t.Errorf("Windows(3, 8, 4) = %v %v %v", b, e, f)
 	}
 }
+
+// TestNLLOf checks the fast negative log-likelihood of Perplexity
+// against logSoftmax's float64, on vocabularies around its block and of a
+// published model's size, logits spread over a wide range, and that
+// non-finite logits give NaN as logSoftmax does.
+func TestNLLOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 0))
+	for _, v := range []int{1, 7, 1023, 1024, 1025, 4096, 151936} {
+		for _, spread := range []float64{0.1, 5, 60} {
+			x := make([]float32, v)
+			for i := range x {
+				x[i] = float32(spread * rng.NormFloat64())
+			}
+			target := rng.IntN(v)
+			want := make([]float64, v)
+			logSoftmax(want, x)
+			got := nllOf(slices.Clone(x), target)
+			if d := math.Abs(got + want[target]); d > 2e-6*(1+math.Abs(want[target])) {
+				t.Errorf("vocab %d spread %g: nll %.9g, float64 %.9g", v, spread, got, -want[target])
+			}
+		}
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		x := []float32{1, 2, bad, 3}
+		if got := nllOf(x, 0); !math.IsNaN(got) {
+			t.Errorf("logit %v: nll %v, want NaN", bad, got)
+		}
+	}
+	if got := nllOf([]float32{float32(math.Inf(-1)), 0, 1}, 2); math.Abs(got-math.Log1p(math.Exp(-1))) > 1e-6 {
+		t.Errorf("a -Inf logit: nll %v, want %v", got, math.Log1p(math.Exp(-1)))
+	}
+}
