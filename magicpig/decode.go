@@ -91,6 +91,8 @@ type scratch struct {
 	line  []float32 // one head's sampled logits, less log P(sampled)
 	sacc  []float32 // [D] their product with the values
 	pos   []int32   // the samples' positions
+	rows  []float32 // a batch of samples' rows, key and value
+	w     []float32 // their weights
 	lists [][]int32 // the lists of the query's buckets
 	touch int32     // what reading their first entries gave
 	// seen holds, for each position, the epoch (a count of sample
@@ -313,10 +315,9 @@ func (r *rule) queryCodes(sc *scratch, g int) {
 	}
 }
 
-// pfAhead is how many samples ahead a sample's key and value (16 lines
-// of float32 at D = 128) are prefetched: further ahead, the misses in
-// flight pass what a core tracks and the prefetches are dropped.
-const pfAhead = 2
+// sampleBatch is the number of samples whose rows sample copies into one
+// block (256 KB at D = 128) before their products.
+const sampleBatch = 256
 
 // sample finds the positions in [s0, w0) that share head h's bucket in
 // at least Threshold tables, in increasing order, into sc.pos, their
@@ -354,35 +355,53 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	ns = len(sc.pos)
 	sc.line = grow(sc.line, ns)
 	hd := r.st.Head(b, kvh)
+	st := hd.Stride()
 	q := sc.q[h*dd : (h+1)*dd]
 	qn := float64(sc.qn[h])
 	acc := sc.sacc
 	smax = float32(math.Inf(-1))
-	// An online softmax, so that a sample's value is used while its
-	// key, next to it and prefetched with it, is at hand.
-	for i, x := range sc.pos {
-		var pf []float32
-		if i+pfAhead < ns {
-			pf = hd.KV[int(sc.pos[i+pfAhead])*hd.Stride():][:hd.Stride()]
+	// The samples a batch at a time: their rows (key and value, stored
+	// together) are first copied into one block, the copies overlapping
+	// their misses where a product per row would wait for each; then one
+	// product gives the batch's logits and one more its share of the
+	// values, merged into the others' by an online softmax.
+	sc.rows = grow(sc.rows, min(ns, sampleBatch)*st)
+	sc.w = grow(sc.w, min(ns, sampleBatch))
+	for b0 := 0; b0 < ns; b0 += sampleBatch {
+		nb := min(sampleBatch, ns-b0)
+		rows := sc.rows[:nb*st]
+		for i, x := range sc.pos[b0 : b0+nb] {
+			copy(rows[i*st:][:st], hd.KV[int(x)*st:][:st])
 		}
-		simd.DotRowsPF(sc.line[i:], 1, q, dd, 1, hd.Keys(int(x)), hd.Stride(), 1, dd, pf)
-		// The key's norm from the row at hand: a table of norms would
-		// be one more miss a sample.
-		k := hd.K(int(x))
-		kn := math.Sqrt(float64(simd.Dot(k, k)))
-		s := sc.line[i] - float32(r.logProb(float64(sc.line[i]), qn*kn))
-		sc.line[i] = s
-		if s > smax {
+		line := sc.line[b0 : b0+nb]
+		simd.DotRows(line, nb, q, dd, 1, rows, st, nb, dd)
+		bmax := float32(math.Inf(-1))
+		for i, l := range line {
+			// The key's norm from the row at hand: a table of norms would
+			// be one more miss a sample.
+			k := rows[i*st:][:dd]
+			kn := math.Sqrt(float64(simd.Dot(k, k)))
+			line[i] = l - float32(r.logProb(float64(l), qn*kn))
+			bmax = max(bmax, line[i])
+		}
+		if bmax > smax {
 			if ssum > 0 {
-				f := float32(math.Exp(float64(smax - s)))
+				f := float32(math.Exp(float64(smax - bmax)))
 				simd.Scale(acc, f)
 				ssum *= f
 			}
-			smax = s
+			smax = bmax
 		}
-		w := float32(math.Exp(float64(s - smax)))
-		ssum += w
-		simd.Axpy(w, hd.V(int(x)), acc)
+		w := sc.w[:nb]
+		copy(w, line) // line keeps the logits (the tests read them)
+		ssum += simd.ExpSum(w, smax)
+		if dd%simd.Panel == 0 {
+			simd.Gemm(1, dd, nb, w, nb, rows[dd:], st, acc, dd, true)
+		} else {
+			for i, w := range w {
+				simd.Axpy(w, rows[i*st+dd:][:dd], acc)
+			}
+		}
 	}
 	return ns, smax, ssum
 }
