@@ -59,7 +59,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
-	induction := fs.Float64("induction", 0, "share `P` of training windows of shuffled tokens whose second half copies stretches of the first, weighted as answers (it forms induction heads fast)")
+	induction := fs.Float64("induction", 0, "share `P` of training windows of random pieces whose second half copies stretches of the first, weighted as answers (the densest signal for in-context copying)")
 	copyShare := fs.Float64("copy", 0, "share `P` of training windows that end with a copy of a stretch of themselves, weighted as answers (it teaches in-context copying)")
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
@@ -501,7 +501,7 @@ type taskMix struct {
 	facts  int
 	asks   int     // questions at the end of a planted window
 	copy   float64 // share of windows ending with a copy of a stretch of themselves
-	induct float64 // share of windows of shuffled tokens whose second half copies stretches of the first
+	induct float64 // share of windows of random pieces whose second half copies stretches of the first
 	weight float32 // of the answer's tokens in the loss
 	batch  int
 	pool   []int // the pieces induction windows draw from: the vocabulary less its control pieces
