@@ -3,6 +3,7 @@ package main
 import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
 )
 
 // unpack4 emits unpack4AVX2, which widens rows of packed 4-bit codes
@@ -20,7 +21,7 @@ func unpack4() {
 	rows := Load(Param("rows"), GP64())
 	pw := Load(Param("pw"), GP64())
 	hi := Mem{Base: GP64()}
-	n := GP64()
+	n8 := GP64() // bytes of the row left
 
 	t := GP32()
 	MOVL(U32(0x0F0F0F0F), t)
@@ -31,39 +32,34 @@ func unpack4() {
 	Label("row")
 	TESTQ(rows, rows)
 	JZ(LabelRef("end"))
-	MOVQ(pw, n)
+	MOVQ(pw, n8)
 	LEAQ(Mem{Base: d.Base, Index: pw, Scale: 1}, hi.Base)
 
+	// step widens n bytes of the row: mov loads and stores them, x and
+	// y hold the low and high nibbles, mask is 0x0F in their width.
+	step := func(n int, mov func(Op, Op), x, y, mask Op) {
+		mov(s, x)
+		VPSRLW(U8(4), x, y)
+		VPAND(mask, x, x)
+		VPAND(mask, y, y)
+		mov(x, d)
+		mov(y, hi)
+		for _, r := range []Register{s.Base, d.Base, hi.Base} {
+			ADDQ(U8(n), r)
+		}
+		SUBQ(U8(n), n8)
+	}
+
 	Label("loop32")
-	CMPQ(n, U8(32))
+	CMPQ(n8, U8(32))
 	JL(LabelRef("loop8"))
-	x, y := YMM(), YMM()
-	VMOVDQU(s, x)
-	VPSRLW(U8(4), x, y)
-	VPAND(mask, x, x)
-	VPAND(mask, y, y)
-	VMOVDQU(x, d)
-	VMOVDQU(y, hi)
-	ADDQ(U8(32), s.Base)
-	ADDQ(U8(32), d.Base)
-	ADDQ(U8(32), hi.Base)
-	SUBQ(U8(32), n)
+	step(32, func(a, b Op) { VMOVDQU(a, b) }, YMM(), YMM(), mask)
 	JMP(LabelRef("loop32"))
 
 	Label("loop8")
-	TESTQ(n, n)
+	TESTQ(n8, n8)
 	JZ(LabelRef("next"))
-	xs, ys := XMM(), XMM()
-	VMOVQ(s, xs)
-	VPSRLW(U8(4), xs, ys)
-	VPAND(mask.AsX(), xs, xs)
-	VPAND(mask.AsX(), ys, ys)
-	VMOVQ(xs, d)
-	VMOVQ(ys, hi)
-	ADDQ(U8(8), s.Base)
-	ADDQ(U8(8), d.Base)
-	ADDQ(U8(8), hi.Base)
-	SUBQ(U8(8), n)
+	step(8, func(a, b Op) { VMOVQ(a, b) }, XMM(), XMM(), mask.AsX())
 	JMP(LabelRef("loop8"))
 
 	Label("next")
