@@ -214,7 +214,10 @@ func TestRunBenchTrain(t *testing.T) {
 			}
 		case r.Skipped != "":
 			t.Errorf("%s n=%d causal=%v: %q", r.Mech, r.N, r.Causal, r.Skipped)
-		case r.ForwardSeconds <= 0 || r.Seconds <= r.ForwardSeconds/2 || r.BackwardRatio == 0 || r.RelErr == nil:
+		// Times are only checked for being there: how they compare is the
+		// machine's business (a busy core once made a forward median
+		// longer than the forward-and-backward one).
+		case r.ForwardSeconds <= 0 || r.Seconds <= 0 || !(r.BackwardRatio > 0) || r.RelErr == nil:
 			t.Errorf("%s n=%d: seconds %g, forward %g, ratio %g, err %v", r.Mech, r.N, r.Seconds, r.ForwardSeconds, r.BackwardRatio, r.RelErr)
 		case r.Mech == "exact" && (*r.RelErr > 1e-5 || r.GFlops <= 0):
 			t.Errorf("exact n=%d: gradient error %g against float64, %g GFLOP/s", r.N, *r.RelErr, r.GFlops)

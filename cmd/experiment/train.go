@@ -140,10 +140,19 @@ func (sw *sweep) trainRow(ctx context.Context, row *eval.Row, mech mechanism, s 
 	if err != nil || row.Skipped != "" {
 		return nil, err
 	}
+	// The backward alone (out and lse are the last forward's), so that
+	// the ratio is of two medians and never the difference of two, which
+	// the noise of short calls can make negative.
+	var bwd eval.Row
+	if err := sw.measure(ctx, &bwd, func() error {
+		return d.Backward(ctx, s, in.Q, in.K, in.V, out, lse, dout, o, dq, dk, dv)
+	}); err != nil {
+		return nil, err
+	}
 	row.Fallback = mech.fallback(s, o)
 	row.ForwardSeconds = fwd.Seconds
-	if fwd.Seconds > 0 {
-		row.BackwardRatio = (row.Seconds - fwd.Seconds) / fwd.Seconds
+	if fwd.Seconds > 0 && bwd.Skipped == "" {
+		row.BackwardRatio = bwd.Seconds / fwd.Seconds
 	}
 	row.GFlops = 0
 	if mech.name == "exact" {
