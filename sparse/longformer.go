@@ -2,7 +2,6 @@ package sparse
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 
@@ -186,12 +185,6 @@ func (rp rowsPart) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k
 		}
 	}
 	return nil
-}
-
-// grad is never called: a plan with rows parts runs the backward pass
-// over the pattern's cover (see Attention.Backward).
-func (rp rowsPart) grad(context.Context, gradArgs) error {
-	return fmt.Errorf("sparse: internal error: a rows part has no backward pass of its own")
 }
 
 // rowsPattern is the pattern of a rowsPart problem: row r (at sub-problem

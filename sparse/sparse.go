@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/simd"
 )
 
 // maxExtent bounds window extents, strides and block sizes so that
@@ -45,8 +46,13 @@ type layout interface {
 // over all keys of some rows) with the kernel.
 type part interface {
 	run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error
-	// grad writes or adds the part's share of the gradients (see
-	// Attention.Backward); parts that overwrite rows have none.
+}
+
+// gradPart is a part whose share of the gradients can be computed on its
+// own (see Attention.Backward): grad writes or adds it. Parts that
+// overwrite whole rows have none.
+type gradPart interface {
+	part
 	grad(ctx context.Context, g gradArgs) error
 }
 
@@ -133,15 +139,21 @@ func (a *Attention) Backward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 	if err != nil {
 		return err
 	}
-	if len(rows) == 0 {
+	gps := make([]gradPart, 0, len(merged))
+	for _, p := range merged {
+		if gp, ok := p.(gradPart); ok {
+			gps = append(gps, gp)
+		}
+	}
+	if len(rows) == 0 && len(gps) == len(merged) {
 		g := gradArgs{kn: a.kernel, s: s, q: q, k: k, v: v, out: out, lse: lse, dout: dout, o: o, dq: dq, dk: dk, dv: dv}
-		if _, ok := merged[0].(direct); !ok {
+		if _, ok := gps[0].(direct); !ok {
 			clear(dq)
 			clear(dk)
 			clear(dv)
 			g.add = true
 		}
-		for _, p := range merged {
+		for _, p := range gps {
 			if err := p.grad(ctx, g); err != nil {
 				return err
 			}
@@ -169,13 +181,6 @@ type gradArgs struct {
 	add                     bool
 }
 
-// addTo adds x to dst.
-func addTo(dst, x []float32) {
-	for i, v := range x {
-		dst[i] += v
-	}
-}
-
 // direct runs a pattern on the tensors as they are; the kernel applies the
 // causal and padding masks.
 type direct struct{ pat flash.Pattern }
@@ -194,9 +199,9 @@ func (d direct) grad(ctx context.Context, g gradArgs) error {
 	if err := g.kn.Backward(ctx, s, g.q, g.k, g.v, g.out, g.lse, g.dout, g.o, d.pat, *pq, *pk, *pv); err != nil {
 		return err
 	}
-	addTo(g.dq, *pq)
-	addTo(g.dk, *pk)
-	addTo(g.dv, *pv)
+	simd.Axpy(1, *pq, g.dq)
+	simd.Axpy(1, *pk, g.dk)
+	simd.Axpy(1, *pv, g.dv)
 	return nil
 }
 
@@ -239,32 +244,17 @@ func (g gathered) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k,
 		return nil
 	}
 	sub := attn.Shape{B: 1, H: s.H, HKV: s.HKV, N: n, M: len(g.keys), D: d}
-	var qs, os, ls []float32
-	if g.rows == nil {
-		// The queries of batch row b are contiguous: use them in place and
-		// write the results in place.
-		qs = q[b*s.H*s.N*d:][:s.H*s.N*d]
-		os = out[b*s.H*s.N*d:][:s.H*s.N*d]
-		ls = lse[b*s.H*s.N:][:s.H*s.N]
-	} else {
-		pq, po, pl := getFloats(sub.QLen()), getFloats(sub.QLen()), getFloats(sub.LSELen())
-		defer putFloats(pq, po, pl)
-		qs, os, ls = *pq, *po, *pl
-		for h := range s.H {
-			for r, i := range g.rows {
-				copy(qs[(h*n+r)*d:][:d], q[((b*s.H+h)*s.N+i)*d:][:d])
-			}
-		}
-	}
-	pk, pv := getFloats(sub.KVLen()), getFloats(sub.KVLen())
-	defer putFloats(pk, pv)
-	ks, vs := *pk, *pv
-	for h := range s.HKV {
-		base := (b*s.HKV + h) * s.M
-		for t, j := range g.keys {
-			copy(ks[(h*len(g.keys)+t)*d:][:d], k[(base+j)*d:][:d])
-			copy(vs[(h*len(g.keys)+t)*d:][:d], v[(base+j)*d:][:d])
-		}
+	var bufs []*[]float32
+	defer func() { putFloats(bufs...) }()
+	qs := g.queryRows(q, s, d, &bufs)
+	ks, vs := g.keyRows(k, v, s, &bufs)
+	// Without rows the results are written in place, as the queries are
+	// read; with them, into buffers scattered back below.
+	os, ls := out[b*s.H*s.N*d:][:s.H*s.N*d], lse[b*s.H*s.N:][:s.H*s.N]
+	if g.rows != nil {
+		po, pl := getFloats(sub.QLen()), getFloats(sub.LSELen())
+		bufs = append(bufs, po, pl)
+		os, ls = *po, *pl
 	}
 	so := attn.Options{Scale: o.ScaleFor(d), Workers: o.Workers}
 	if err := kn.ForwardPattern(ctx, sub, qs, ks, vs, so, g.pat, os, ls); err != nil {
@@ -297,84 +287,96 @@ func (g gathered) grad(ctx context.Context, a gradArgs) error {
 	sub := attn.Shape{B: 1, H: s.H, HKV: s.HKV, N: n, M: len(g.keys), D: d}
 	var bufs []*[]float32
 	defer func() { putFloats(bufs...) }()
-	take := func(x []float32, w int) []float32 {
-		if g.rows == nil {
-			return x[b*s.H*s.N*w:][:s.H*s.N*w]
-		}
-		p := getFloats(s.H * n * w)
-		bufs = append(bufs, p)
-		for h := range s.H {
-			for r, i := range g.rows {
-				copy((*p)[(h*n+r)*w:][:w], x[((b*s.H+h)*s.N+i)*w:][:w])
-			}
-		}
-		return *p
-	}
-	qs, os, ls, gs := take(a.q, d), take(a.out, d), take(a.lse, 1), take(a.dout, d)
-	pk, pv := getFloats(sub.KVLen()), getFloats(sub.KVLen())
+	qs, gs := g.queryRows(a.q, s, d, &bufs), g.queryRows(a.dout, s, d, &bufs)
+	os, ls := g.queryRows(a.out, s, d, &bufs), g.queryRows(a.lse, s, 1, &bufs)
+	ks, vs := g.keyRows(a.k, a.v, s, &bufs)
 	pdq, pdk, pdv := getFloats(sub.QLen()), getFloats(sub.KVLen()), getFloats(sub.KVLen())
-	bufs = append(bufs, pk, pv, pdq, pdk, pdv)
-	ks, vs := *pk, *pv
-	for h := range s.HKV {
-		base := (b*s.HKV + h) * s.M
-		for t, j := range g.keys {
-			copy(ks[(h*len(g.keys)+t)*d:][:d], a.k[(base+j)*d:][:d])
-			copy(vs[(h*len(g.keys)+t)*d:][:d], a.v[(base+j)*d:][:d])
-		}
-	}
+	bufs = append(bufs, pdq, pdk, pdv)
 	so := attn.Options{Scale: a.o.ScaleFor(d), Workers: a.o.Workers}
 	if err := a.kn.Backward(ctx, sub, qs, ks, vs, os, ls, gs, so, g.pat, *pdq, *pdk, *pdv); err != nil {
 		return err
 	}
 	if g.rows == nil {
-		addTo(a.dq[b*s.H*s.N*d:][:s.H*s.N*d], *pdq)
+		simd.Axpy(1, *pdq, a.dq[b*s.H*s.N*d:][:s.H*s.N*d])
 	} else {
 		for h := range s.H {
 			for r, i := range g.rows {
-				addTo(a.dq[((b*s.H+h)*s.N+i)*d:][:d], (*pdq)[(h*n+r)*d:][:d])
+				simd.Axpy(1, (*pdq)[(h*n+r)*d:][:d], a.dq[((b*s.H+h)*s.N+i)*d:][:d])
 			}
 		}
 	}
 	for h := range s.HKV {
 		base := (b*s.HKV + h) * s.M
 		for t, j := range g.keys {
-			addTo(a.dk[(base+j)*d:][:d], (*pdk)[(h*len(g.keys)+t)*d:][:d])
-			addTo(a.dv[(base+j)*d:][:d], (*pdv)[(h*len(g.keys)+t)*d:][:d])
+			simd.Axpy(1, (*pdk)[(h*len(g.keys)+t)*d:][:d], a.dk[(base+j)*d:][:d])
+			simd.Axpy(1, (*pdv)[(h*len(g.keys)+t)*d:][:d], a.dv[(base+j)*d:][:d])
 		}
 	}
 	return nil
+}
+
+// queryRows returns the rows g covers of batch row g.b of x, a tensor of
+// [B][H][N][w], laid out [H][n][w]: x's own memory when g.rows is nil
+// (the rows of a batch row are contiguous), else a copy in a pooled
+// buffer appended to bufs.
+func (g gathered) queryRows(x []float32, s attn.Shape, w int, bufs *[]*[]float32) []float32 {
+	b := g.b
+	if g.rows == nil {
+		return x[b*s.H*s.N*w:][:s.H*s.N*w]
+	}
+	n := len(g.rows)
+	p := getFloats(s.H * n * w)
+	*bufs = append(*bufs, p)
+	for h := range s.H {
+		for r, i := range g.rows {
+			copy((*p)[(h*n+r)*w:][:w], x[((b*s.H+h)*s.N+i)*w:][:w])
+		}
+	}
+	return *p
+}
+
+// keyRows copies the keys g gathers of batch row g.b of k and v into
+// pooled buffers appended to bufs, laid out [HKV][len(g.keys)][D].
+func (g gathered) keyRows(k, v []float32, s attn.Shape, bufs *[]*[]float32) (ks, vs []float32) {
+	d, nk := s.D, len(g.keys)
+	pk, pv := getFloats(s.HKV*nk*d), getFloats(s.HKV*nk*d)
+	*bufs = append(*bufs, pk, pv)
+	ks, vs = *pk, *pv
+	for h := range s.HKV {
+		base := (g.b*s.HKV + h) * s.M
+		for t, j := range g.keys {
+			copy(ks[(h*nk+t)*d:][:d], k[(base+j)*d:][:d])
+			copy(vs[(h*nk+t)*d:][:d], v[(base+j)*d:][:d])
+		}
+	}
+	return ks, vs
 }
 
 // perBatch runs one gathered sub-problem per batch row, built by make for
 // that row's valid key count.
 type perBatch func(b, valid int) gathered
 
-func (pb perBatch) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+// each calls f with the sub-problem of every batch row in turn.
+func (pb perBatch) each(ctx context.Context, s attn.Shape, o attn.Options, f func(gathered) error) error {
 	for b := range s.B {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		g := pb(b, o.KeyEnd(s, b))
 		g.b = b
-		if err := g.run(ctx, kn, s, q, k, v, o, out, lse); err != nil {
+		if err := f(g); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+func (pb perBatch) run(ctx context.Context, kn *flash.Kernel, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	return pb.each(ctx, s, o, func(g gathered) error { return g.run(ctx, kn, s, q, k, v, o, out, lse) })
+}
+
 func (pb perBatch) grad(ctx context.Context, a gradArgs) error {
-	for b := range a.s.B {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		g := pb(b, a.o.KeyEnd(a.s, b))
-		g.b = b
-		if err := g.grad(ctx, a); err != nil {
-			return err
-		}
-	}
-	return nil
+	return pb.each(ctx, a.s, a.o, func(g gathered) error { return g.grad(ctx, a) })
 }
 
 // scratch recycles the float buffers of the gathered and merged parts
