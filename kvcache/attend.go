@@ -324,6 +324,51 @@ type decodeScratch struct {
 	q4    *i4Scratch // for I4 blocks, made on first use
 }
 
+// start resets the running maxima, sums and accumulators for a span.
+func (sc *decodeScratch) start() {
+	clear(sc.acc)
+	for r := range sc.m {
+		sc.m[r] = float32(math.Inf(-1))
+		sc.l[r] = 0
+	}
+	if sc.q4 != nil {
+		clear(sc.q4.zacc)
+	}
+}
+
+// rescale multiplies query row r's running sum and accumulators by f, as
+// its running maximum rises.
+func (sc *decodeScratch) rescale(r int, f float32) {
+	sc.l[r] *= f
+	simd.Scale(sc.acc[r*sc.stride:][:sc.stride], f)
+	if sc.q4 != nil {
+		ng := len(sc.q4.zacc) / sc.g
+		simd.Scale(sc.q4.zacc[r*ng:][:ng], f)
+	}
+}
+
+// finish writes each query row's output (d values) and lse at the end of
+// a span.
+func (sc *decodeScratch) finish(d int, out, lse []float32) {
+	st := sc.stride
+	if sc.q4 != nil {
+		sc.q4.addZeros(sc.acc, st, d)
+	}
+	for r := range sc.m {
+		o := out[r*d:][:d]
+		if sc.l[r] == 0 {
+			clear(o)
+			lse[r] = float32(math.Inf(-1))
+			continue
+		}
+		inv := 1 / sc.l[r]
+		for i, a := range sc.acc[r*st:][:d] {
+			o[i] = a * inv
+		}
+		lse[r] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
+	}
+}
+
 // scratchPool keeps decode scratch between steps: a step of a few
 // microseconds' arithmetic would otherwise spend as long again allocating
 // and zeroing it, and collecting it later.
@@ -359,11 +404,7 @@ func newDecodeScratch(g, stride int) *decodeScratch {
 func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool, out, lse []float32) {
 	g := len(sc.m)
 	st, d := c.stride, c.cfg.D
-	clear(sc.acc)
-	for r := range g {
-		sc.m[r] = float32(math.Inf(-1))
-		sc.l[r] = 0
-	}
+	sc.start()
 	checkRows := c.checkRows()
 	base := bh * c.cap * st
 	stream := g <= streamGroup
@@ -398,28 +439,14 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 				continue
 			}
 			if mx > sc.m[r] {
-				f := float32(math.Exp(float64(sc.m[r] - mx)))
-				sc.l[r] *= f
-				simd.Scale(sc.acc[r*st:][:st], f)
+				sc.rescale(r, float32(math.Exp(float64(sc.m[r]-mx))))
 				sc.m[r] = mx
 			}
 			sc.l[r] += simd.ExpSum(sr, mx)
 		}
 		c.values(sc, base+j0*st, nb, g, base+next*st, nn)
 	}
-	for r := range g {
-		o := out[r*d:][:d]
-		if sc.l[r] == 0 {
-			clear(o)
-			lse[r] = float32(math.Inf(-1))
-			continue
-		}
-		inv := 1 / sc.l[r]
-		for i, a := range sc.acc[r*st:][:d] {
-			o[i] = a * inv
-		}
-		lse[r] = sc.m[r] + float32(math.Log(float64(sc.l[r])))
-	}
+	sc.finish(d, out, lse)
 }
 
 // checkRows reports whether some held row has left the window of the

@@ -2,7 +2,6 @@ package kvcache
 
 import (
 	"math"
-	"unsafe"
 
 	"github.com/attnkit/attn/internal/simd"
 )
@@ -31,13 +30,13 @@ import (
 //
 // Two codes share a byte, split rather than interleaved: byte i of a row
 // holds channel i in its low nibble and channel i+stride/2 in its high
-// one, so that unpacking a row is two masks and a shift of 8 bytes at a
-// time, writing channels in order. The kernels unpack a block of rows to
-// int8 and run the int8 kernels of package simd on it; for keys quantised
-// per channel the group's scales are folded into the queries (q'_c =
-// q_c·scale_c, plus Σ q_c·zero_c a score), for values the probabilities
-// are multiplied by each row's scale of a channel group, then the group's
-// columns go through GemmI8, and Σ_j p_j·zero_j is added to them.
+// one: each half of a row is then pw = stride/2 bytes read in place, one
+// nibble each, by the kernels of package simd (DotRowsU4, GemmU4), with
+// no unpacked copy written and read back. For keys quantised per channel
+// the group's scales are folded into the queries (q'_c = q_c·scale_c,
+// plus Σ q_c·zero_c a score), for values the probabilities are multiplied
+// by each row's scale of a channel group, then the group's columns go
+// through GemmU4, and Σ_j p_j·zero_j is added to them.
 const (
 	// i4KeyGroup is the number of consecutive rows whose keys share
 	// scales per channel.
@@ -142,14 +141,6 @@ func quantRow4(row []uint8, scale, zero []float32, x []float32, pw int) {
 			setCode4(row, c, code4(x[c], z, inv), pw)
 		}
 	}
-}
-
-// asInt8 views codes 0…15 as int8 for the int8 kernels.
-func asInt8(b []uint8) []int8 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int8)(unsafe.Pointer(&b[0])), len(b))
 }
 
 // keyGroups returns the number of per-channel key groups over rows rows
@@ -340,10 +331,13 @@ func (c *Cache) moveRowI4(dst, src int) {
 
 // i4Scratch is a decode worker's memory for I4 blocks.
 type i4Scratch struct {
-	u  []uint8   // [decodeBlock][stride] unpacked codes
-	qf []float32 // [g][stride] queries times a key group's scales
-	z  []float32 // [g] or [g][chanGroups] query sums against zeros
-	pt []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
+	tmp []float32 // [g][decodeBlock] scores of a row's second half
+	// zacc is Σ_j p_j·zero_j over a span's value rows, [g][chanGroups],
+	// rescaled with the accumulator and added to it at the span's end.
+	zacc []float32
+	qf   []float32 // [g][stride] queries times a key group's scales
+	z    []float32 // [g] or [g][chanGroups] query sums against zeros
+	pt   []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
 	// sg, zg are a channel group's value scales and zeros of a block's
 	// rows.
 	sg, zg []float32
@@ -353,12 +347,13 @@ func (sc *decodeScratch) i4() *i4Scratch {
 	if sc.q4 == nil {
 		ng := chanGroups(sc.stride)
 		sc.q4 = &i4Scratch{
-			u:  make([]uint8, decodeBlock*sc.stride),
-			qf: make([]float32, sc.g*sc.stride),
-			z:  make([]float32, sc.g*ng),
-			pt: make([]float32, ng*sc.g*decodeBlock),
-			sg: make([]float32, decodeBlock),
-			zg: make([]float32, decodeBlock),
+			tmp:  make([]float32, sc.g*decodeBlock),
+			zacc: make([]float32, sc.g*ng),
+			qf:   make([]float32, sc.g*sc.stride),
+			z:    make([]float32, sc.g*ng),
+			pt:   make([]float32, ng*sc.g*decodeBlock),
+			sg:   make([]float32, decodeBlock),
+			zg:   make([]float32, decodeBlock),
 		}
 	}
 	return sc.q4
@@ -393,15 +388,11 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		scale := c.k4s[(bh*nk+gi)*st:][:d]
 		zero := c.k4z[(bh*nk+gi)*st:][:d]
 		for r := range g {
-			q := sc.q[r*st:][:d]
-			qf := x.qf[r*st:][:d]
-			for i, v := range q {
-				qf[i] = v * scale[i]
-			}
-			x.z[r] = simd.Dot(q, zero)
+			copy(x.qf[r*st:][:d], sc.q[r*st:][:d])
+			x.z[r] = simd.Dot(sc.q[r*st:][:d], zero)
 		}
-		simd.Unpack4(x.u, c.k4[(row0+j)*pw:], m, pw)
-		simd.DotRowsI8(sc.s[j:], decodeBlock, x.qf, st, g, asInt8(x.u[:(m-1)*st+d]), st, m, d)
+		simd.ScaleColumns(x.qf, st, g, scale)
+		c.dotCodes(sc.s[j:], x, x.qf, g, c.k4[(row0+j)*pw:], m, 0, d)
 		for r := range g {
 			z := x.z[r]
 			for i := range m {
@@ -418,12 +409,9 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) {
 	st, pw, d := c.stride, c.stride/2, c.cfg.D
 	ng := chanGroups(d)
-	simd.Unpack4(x.u, c.k4[row0*pw:], nb, pw)
-	u := asInt8(x.u)
 	for cg := range ng {
 		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
-		w := c1 - c0
-		simd.DotRowsI8(x.pt[cg*g*decodeBlock:], decodeBlock, sc.q[c0:], st, g, u[c0:][:(nb-1)*st+w], st, nb, w)
+		c.dotCodes(x.pt[cg*g*decodeBlock:], x, sc.q, g, c.k4[row0*pw:], nb, c0, c1)
 		for r := range g {
 			var sum float32
 			for _, v := range sc.q[r*st+c0 : r*st+c1] {
@@ -454,12 +442,11 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	row0 := off / st
 	ng := chanGroups(d)
 	x := sc.i4()
-	simd.Unpack4(x.u, c.v4[row0*pw:], nb, pw)
-	u := asInt8(x.u)
 	scale, zero := c.v4s[row0*ng:][:nb*ng], c.v4z[row0*ng:][:nb*ng]
+	v := c.v4[row0*pw:][:nb*pw]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
-		w := (min(d, c0+i4ChanGroup) - c0 + 7) &^ 7
+		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
 		pt := x.pt[:g*decodeBlock]
 		// The group's scales and zeros of the block's rows, contiguous,
 		// so that the products with the probabilities run in the kernels.
@@ -473,15 +460,60 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 		copy(pt[:(g-1)*decodeBlock+nb], sc.s)
 		simd.ScaleColumns(pt, decodeBlock, g, sg)
 		for r := range g {
-			x.z[r] = simd.Dot(sc.s[r*decodeBlock:][:nb], zg)
+			x.zacc[r*ng+cg] += simd.Dot(sc.s[r*decodeBlock:][:nb], zg)
 		}
-		simd.GemmI8(g, w, nb, pt, decodeBlock, u[c0:][:(nb-1)*st+w], st, sc.acc[c0:], st, true, nil)
-		for r := range g {
-			if z := x.z[r]; z != 0 {
-				for i := range sc.acc[r*st+c0 : r*st+c0+w] {
-					sc.acc[r*st+c0+i] += z
-				}
+		// The group's columns of each half of the packed rows.
+		halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
+			simd.GemmU4(g, p1-p0, nb, pt, decodeBlock, v[b:][:(nb-1)*pw+p1-p0], pw, sc.acc[p0:], st, true, hi)
+		})
+	}
+}
+
+// addZeros adds the span's Σ_j p_j·zero_j of each value channel group
+// to the group's channels of acc (g rows of stride st, d channels): the
+// zeros' part of the product with the dequantised values, the same for
+// every channel of a group and so summed over the span once.
+func (x *i4Scratch) addZeros(acc []float32, st, d int) {
+	ng := chanGroups(d)
+	for r := range len(x.zacc) / ng {
+		for cg := range ng {
+			z := x.zacc[r*ng+cg]
+			for i := cg * i4ChanGroup; i < min(d, (cg+1)*i4ChanGroup); i++ {
+				acc[r*st+i] += z
 			}
 		}
 	}
+}
+
+// halves calls f for the parts of channels [c0, c1) of packed rows of pw
+// bytes that lie in the low (hi false) and the high nibbles: the part's
+// first byte b in a row, and its channels [p0, p1).
+func halves(pw, c0, c1 int, f func(hi bool, b, p0, p1 int)) {
+	if c0 < pw {
+		f(false, c0, c0, min(c1, pw))
+	}
+	if c1 > pw {
+		p0 := max(c0, pw)
+		f(true, p0-pw, p0, c1)
+	}
+}
+
+// dotCodes sets s[r*decodeBlock+j], for the g rows of q (stride) and the
+// n packed rows of k, to the dot product of channels [c0, c1) of q's row
+// with the row's codes, reading the codes in place from both halves.
+func (c *Cache) dotCodes(s []float32, x *i4Scratch, q []float32, g int, k []uint8, n, c0, c1 int) {
+	st, pw := c.stride, c.stride/2
+	first := true
+	halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
+		kk := k[b:][:(n-1)*pw+p1-p0]
+		if first {
+			simd.DotRowsU4(s, decodeBlock, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+			first = false
+			return
+		}
+		simd.DotRowsU4(x.tmp, decodeBlock, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+		for r := range g {
+			simd.Axpy(1, x.tmp[r*decodeBlock:][:n], s[r*decodeBlock:][:n])
+		}
+	})
 }

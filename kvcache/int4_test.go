@@ -115,8 +115,10 @@ func TestQuantRow4(t *testing.T) {
 	}
 }
 
-// TestUnpack4 checks that unpacking gives every channel's code in order.
-func TestUnpack4(t *testing.T) {
+// TestPackedHalves checks that the packing of a row is what the kernels
+// read: the dot products of a query with both halves of packed rows,
+// through simd.DotRowsU4, are those with the codes in channel order.
+func TestPackedHalves(t *testing.T) {
 	rng := ref.FreshRNG(t, 21)
 	for _, st := range []int{16, 48, 128} {
 		const rows = 5
@@ -130,11 +132,20 @@ func TestUnpack4(t *testing.T) {
 				setCode4(packed[r*pw:][:pw], c, x, pw)
 			}
 		}
-		got := make([]uint8, rows*st)
-		simd.Unpack4(got, packed, rows, pw)
-		for i := range got {
-			if got[i] != codes[i] {
-				t.Fatalf("stride %d: code %d unpacks as %d, want %d", st, i, got[i], codes[i])
+		q := make([]float32, st)
+		for i := range q {
+			q[i] = float32(rng.IntN(9) - 4) // small integers: exact sums
+		}
+		lo, hi := make([]float32, rows), make([]float32, rows)
+		simd.DotRowsU4(lo, rows, q, st, 1, packed, pw, rows, pw, false)
+		simd.DotRowsU4(hi, rows, q[pw:], st, 1, packed, pw, rows, pw, true)
+		for r := range rows {
+			var want float32
+			for c := range st {
+				want += q[c] * float32(codes[r*st+c])
+			}
+			if got := lo[r] + hi[r]; got != want {
+				t.Fatalf("stride %d row %d: %v from the halves, want %v", st, r, got, want)
 			}
 		}
 	}

@@ -348,11 +348,7 @@ func (c *Cache) rangeSpan(sc *rangeScratch, pl *rangePlan, blocks []rangeBlock, 
 	ds := sc.dec
 	g := len(ds.m)
 	st, d := c.stride, c.cfg.D
-	clear(ds.acc)
-	for r := range g {
-		ds.m[r] = float32(math.Inf(-1))
-		ds.l[r] = 0
-	}
+	ds.start()
 	negInf := float32(math.Inf(-1))
 	for _, bl := range blocks {
 		src, off := c, (bh*c.cap+bl.slot)*st
@@ -390,26 +386,12 @@ func (c *Cache) rangeSpan(sc *rangeScratch, pl *rangePlan, blocks []rangeBlock, 
 				continue
 			}
 			if mx > ds.m[r] {
-				f := float32(math.Exp(float64(ds.m[r] - mx)))
-				ds.l[r] *= f
-				simd.Scale(ds.acc[r*st:][:st], f)
+				ds.rescale(r, float32(math.Exp(float64(ds.m[r]-mx))))
 				ds.m[r] = mx
 			}
 			ds.l[r] += simd.ExpSum(sr, mx)
 		}
 		src.values(ds, off, nb, g, off, 0)
 	}
-	for r := range g {
-		o := out[r*d:][:d]
-		if ds.l[r] == 0 {
-			clear(o)
-			lse[r] = negInf
-			continue
-		}
-		inv := 1 / ds.l[r]
-		for i, a := range ds.acc[r*st:][:d] {
-			o[i] = a * inv
-		}
-		lse[r] = ds.m[r] + float32(math.Log(float64(ds.l[r])))
-	}
+	ds.finish(d, out, lse)
 }

@@ -42,11 +42,13 @@ type implementation struct {
 	dotRowsBF16PF func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
 	dotRowsF16PF  func(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, pf []uint16)
 
-	dotRowsI8    func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int)
-	dotRowsI8PF  func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8)
-	gemmI8       func(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
-	widenI8      func(dst []float32, src []int8, scale []float32, ld int) // len(dst) >= len(scale)·ld
-	unpack4      func(dst, src []uint8, rows, pw int)
+	dotRowsI8   func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int)
+	dotRowsI8PF func(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, pf []int8)
+	gemmI8      func(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, pf []int8)
+	widenI8     func(dst []float32, src []int8, scale []float32, ld int) // len(dst) >= len(scale)·ld
+	// dotRowsU4 and gemmU4 read the low ([0]) or high ([1]) nibbles.
+	dotRowsU4    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int)
+	gemmU4       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
 	scaleColumns func(s []float32, lds, rows int, f []float32)
 
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
@@ -95,7 +97,8 @@ var genericImpl = implementation{
 	dotRowsI8PF:  dotRowsI8PFGeneric,
 	gemmI8:       gemmI8Generic,
 	widenI8:      widenI8Generic,
-	unpack4:      unpack4Generic,
+	dotRowsU4:    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int){dotRowsU4LoGeneric, dotRowsU4HiGeneric},
+	gemmU4:       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoGeneric, gemmU4HiGeneric},
 	scaleColumns: scaleColumnsGeneric,
 
 	gemmPanels:    gemmPanelsGeneric,

@@ -36,6 +36,8 @@ func asmImplementations() []implementation {
 		a.dotRowsF16, a.dotRowsF16PF = dotRowsF16AVX512, dotRowsF16PFAVX512
 	}
 	a.dotRowsI8, a.dotRowsI8PF = dotRowsI8AVX512, dotRowsI8PFAVX512
+	a.dotRowsU4 = [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int){dotRowsU4LoAVX512, dotRowsU4HiAVX512}
+	a.gemmU4 = [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoAVX512, gemmU4HiAVX512}
 	a.gemmPanels = gemmPanelsAVX512
 	a.onlineSoftmax = onlineSoftmaxAVX512
 	a.attendPanels = attendPanelsAVX512
@@ -106,7 +108,8 @@ func avx2Implementation() implementation {
 		dotRowsI8PF:  dotRowsI8PFAVX2,
 		gemmI8:       gemmI8AVX2,
 		widenI8:      widenI8AVX2,
-		unpack4:      unpack4AVX2,
+		dotRowsU4:    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int){dotRowsU4LoAVX2, dotRowsU4HiAVX2},
+		gemmU4:       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoAVX2, gemmU4HiAVX2},
 		scaleColumns: scaleColumnsAVX2,
 
 		gemmPanels:    gemmPanelsAVX2,

@@ -1,12 +1,13 @@
 package simd
 
-import "encoding/binary"
-
 // The kernels of the decode step on an int8 KV cache, whose rows are
 // int8 codes with one float32 scale a row (the row is code·scale):
 // DotRowsI8 and GemmI8 widen the codes in registers and leave the scales
 // to the caller (ScaleColumns applies them to a block of scores or
 // probabilities), WidenI8 widens whole rows times their scales.
+// DotRowsU4 and GemmU4 do the same for 4-bit codes, two a byte, read in
+// place: each takes one nibble of every byte, so a packed row is two
+// calls.
 
 // DotRowsI8 is DotRows with the keys in int8, widened to float32 as they
 // are read: s[r*lds+j] is the dot product of row r of q with the codes of
@@ -139,30 +140,88 @@ func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []flo
 	}
 }
 
-// Unpack4 widens rows of packed 4-bit codes to a byte a code, for the
-// int8 kernels: row r of src is pw bytes, byte i holding code i in its
-// low nibble and code i+pw in its high one, and row r of dst is its 2·pw
-// codes in order (0…15). It panics unless pw is a positive multiple of
-// 8, len(src) >= rows·pw and len(dst) >= 2·rows·pw.
-func Unpack4(dst, src []uint8, rows, pw int) {
-	if rows < 0 || pw <= 0 || pw%8 != 0 || len(src)/pw < rows || len(dst)/(2*pw) < rows {
-		panic("simd: Unpack4 with pw not a positive multiple of 8, or src or dst too short for rows")
-	}
-	active.unpack4(dst, src, rows, pw)
+// DotRowsU4 is DotRowsI8 with the keys 4-bit codes read in place from
+// one half of packed rows: key value c of row j is the low nibble of
+// k[j*ldk+c] (hi false) or its high one (hi true), 0…15: a row of 2·ldk codes
+// packed with code i in the low nibble of byte i and code i+ldk in its
+// high one (as kvcache's int4 rows are) is two halves of ldk bytes. A packed row's two halves are two calls with the
+// query columns of each half. It panics as DotRows does.
+func DotRowsU4(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int, hi bool) {
+	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
+	active.dotRowsU4[b2i(hi)](s, lds, q, ldq, rows, k, ldk, n, d)
 }
 
-// unpack4Generic is Unpack4 in Go: two masks and a shift of 8 bytes at a
-// time.
-func unpack4Generic(dst, src []uint8, rows, pw int) {
-	const m = 0x0F0F0F0F0F0F0F0F
-	for r := range rows {
-		s := src[r*pw:][:pw]
-		d := dst[2*r*pw:][:2*pw]
-		lo, hi := d[:pw], d[pw:]
-		for i := 0; i+8 <= pw; i += 8 {
-			x := binary.LittleEndian.Uint64(s[i:])
-			binary.LittleEndian.PutUint64(lo[i:], x&m)
-			binary.LittleEndian.PutUint64(hi[i:], x>>4&m)
+// GemmU4 is GemmI8 with B the low (hi false) or high (hi true) nibbles of
+// bytes, read in place: for the product O += P·V with values packed as
+// DotRowsU4 reads keys. It panics as GemmI8 does.
+func GemmU4(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate, hi bool) {
+	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	active.gemmU4[b2i(hi)](m, n, k, a, lda, b, ldb, c, ldc, accumulate, nil)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// nibbles widens the low (shift 0) or high (shift 4) nibbles of src to w.
+func nibbles(w []float32, src []uint8, shift uint) {
+	for i, c := range src[:len(w)] {
+		w[i] = float32(c >> shift & 15)
+	}
+}
+
+func dotRowsU4Generic(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int, shift uint) {
+	var buf [widenChunk]float32
+	for j := range n {
+		for r := range rows {
+			s[r*lds+j] = 0
+		}
+		for c0 := 0; c0 < d; c0 += widenChunk {
+			w := buf[:min(widenChunk, d-c0)]
+			nibbles(w, k[j*ldk+c0:], shift)
+			for r := range rows {
+				s[r*lds+j] += dotGeneric(q[r*ldq+c0:][:len(w)], w)
+			}
 		}
 	}
+}
+
+func dotRowsU4LoGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
+	dotRowsU4Generic(s, lds, q, ldq, rows, k, ldk, n, d, 0)
+}
+
+func dotRowsU4HiGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
+	dotRowsU4Generic(s, lds, q, ldq, rows, k, ldk, n, d, 4)
+}
+
+func gemmU4Generic(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, shift uint) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if !accumulate {
+		for i := range m {
+			clear(c[i*ldc:][:n])
+		}
+	}
+	var buf [widenChunk]float32
+	for j0 := 0; j0 < n; j0 += widenChunk {
+		w := buf[:min(widenChunk, n-j0)]
+		for p := range k {
+			nibbles(w, b[p*ldb+j0:], shift)
+			for i := range m {
+				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
+			}
+		}
+	}
+}
+
+func gemmU4LoGeneric(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
+	gemmU4Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, 0)
+}
+
+func gemmU4HiGeneric(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
+	gemmU4Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, 4)
 }

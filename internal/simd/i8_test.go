@@ -340,42 +340,46 @@ func TestI8NoAlloc(t *testing.T) {
 	})
 }
 
-// TestUnpack4 widens packed rows of every width a cache has (8 to 72
-// bytes: the 32-byte steps and the 8-byte ones) at four alignments of
-// dst; every code must be its nibble, and no byte outside the rows may
-// be read or written (the bytes around src and dst hold a guard).
-func TestUnpack4(t *testing.T) {
-	r := rand.New(rand.NewPCG(43, 44))
-	const g8 = 0xA5
+// u4Formats are the two halves of packed 4-bit codes: random bytes, each
+// read as its low or its high nibble, with 0xFF around them (a nibble of
+// 15 that a read of the padding would add).
+var u4Formats = [2]narrowFormat[uint8]{
+	{guard: 0xFF, rand: func(r *rand.Rand) uint8 { return uint8(r.Uint32()) }, widen: func(c uint8) float32 { return float32(c & 15) }},
+	{guard: 0xFF, rand: func(r *rand.Rand) uint8 { return uint8(r.Uint32()) }, widen: func(c uint8) float32 { return float32(c >> 4) }},
+}
+
+// TestDotRowsU4 runs DotRowsU4 on both halves over the shapes of
+// TestDotRowsI8.
+func TestDotRowsU4(t *testing.T) {
+	r := rand.New(rand.NewPCG(53, 54))
 	forEachImpl(t, func(t *testing.T, impl implementation) {
-		for _, pw := range []int{8, 16, 24, 32, 40, 64, 72} {
-			for _, rows := range []int{0, 1, 2, 5} {
-				for off := range 4 {
-					src := make([]uint8, rows*pw+16)
-					for i := range src {
-						src[i] = uint8(r.Uint32())
-					}
-					dst := make([]uint8, off+2*rows*pw+32)
-					for i := range dst {
-						dst[i] = g8
-					}
-					impl.unpack4(dst[off:], src[:rows*pw], rows, pw)
-					name := fmt.Sprintf("pw=%d rows=%d off=%d", pw, rows, off)
-					for i, b := range dst {
-						j := i - off
-						if j < 0 || j >= 2*rows*pw {
-							if b != g8 {
-								t.Fatalf("%s: dst[%d] outside the rows written", name, i)
+		for h, f := range u4Formats {
+			testDotRowsNarrow(t, r, fmt.Sprintf("hi=%d ", h), f, nil, impl.dotRowsU4[h])
+		}
+	})
+}
+
+// TestGemmU4 runs GemmU4 on both halves over the shapes of TestGemmI8.
+func TestGemmU4(t *testing.T) {
+	ms := []int{0, 1, 2, 3, 4, 5, 8, 13, 32}
+	ns := []int{0, 8, 16, 24, 40, 64, 72, 128}
+	ks := []int{0, 1, 2, 3, 5, 9, 63, 64, 65}
+	r := rand.New(rand.NewPCG(55, 56))
+	hint := make([]uint8, 5000)
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for h, f := range u4Formats {
+			for _, m := range ms {
+				for _, n := range ns {
+					for _, k := range ks {
+						for i, accumulate := range []bool{false, true} {
+							pad := [3]int{0, 0, 0}
+							if i == 1 {
+								pad = [3]int{3, 5, 7}
 							}
-							continue
-						}
-						row, c := j/(2*pw), j%(2*pw)
-						want := src[row*pw+c%pw] & 15
-						if c >= pw {
-							want = src[row*pw+c-pw] >> 4
-						}
-						if b != want {
-							t.Fatalf("%s: row %d code %d = %d, want %d", name, row, c, b, want)
+							g := newGemmNarrowCase(r, m, n, k, k+pad[0], n+pad[1], n+pad[2], accumulate, f)
+							impl.gemmU4[h](m, n, k, g.a.v, g.lda, g.b.v, g.ldb, g.c.v, g.ldc, accumulate, hint[:i*len(hint)])
+							name := fmt.Sprintf("hi=%d m=%d n=%d k=%d ldb=%d acc=%v", h, m, n, k, g.ldb, accumulate)
+							t.Run(name, func(t *testing.T) { g.check(t, accumulate) })
 						}
 					}
 				}

@@ -15,7 +15,7 @@ const guard16 = 0x7fd5
 
 // narrowElem is the element type of the compact operands: uint16 holds
 // a bf16 or an f16, int8 a code.
-type narrowElem interface{ int8 | uint16 }
+type narrowElem interface{ int8 | uint8 | uint16 }
 
 // guardedInts is a slice v of src with guardLen guard values on either
 // side in the same array.

@@ -171,10 +171,53 @@ func gemmI8AVX2(m int, n int, k int, a []float32, lda int, b []int8, ldb int, c 
 //go:noescape
 func widenI8AVX2(dst []float32, src []int8, scale []float32, ld int)
 
-// unpack4AVX2 is Unpack4; the Go caller checks the sizes (pw a positive multiple of 8).
+// dotRowsU4LoAVX2 is dotRowsAVX2 with k the low nibbles of bytes, read in place
+// (see DotRowsU4); the Go caller checks the sizes.
 //
 //go:noescape
-func unpack4AVX2(dst []uint8, src []uint8, rows int, pw int)
+func dotRowsU4LoAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint8, ldk int, n int, d int)
+
+// dotRowsU4LoAVX512 is dotRowsU4LoAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsU4LoAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint8, ldk int, n int, d int)
+
+// dotRowsU4HiAVX2 is dotRowsAVX2 with k the high nibbles of bytes, read in place
+// (see DotRowsU4); the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsU4HiAVX2(s []float32, lds int, q []float32, ldq int, rows int, k []uint8, ldk int, n int, d int)
+
+// dotRowsU4HiAVX512 is dotRowsU4HiAVX2 with AVX-512; the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsU4HiAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []uint8, ldk int, n int, d int)
+
+// gemmU4LoAVX2 computes C = A·B or C += A·B with B the low nibbles of bytes,
+// read in place (see GemmU4). n must be a multiple of 8; the slices must be
+// long enough (the Go caller checks).
+//
+//go:noescape
+func gemmU4LoAVX2(m int, n int, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
+
+// gemmU4LoAVX512 is gemmU4LoAVX2 with AVX-512. n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmU4LoAVX512(m int, n int, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
+
+// gemmU4HiAVX2 computes C = A·B or C += A·B with B the high nibbles of bytes,
+// read in place (see GemmU4). n must be a multiple of 8; the slices must be
+// long enough (the Go caller checks).
+//
+//go:noescape
+func gemmU4HiAVX2(m int, n int, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
+
+// gemmU4HiAVX512 is gemmU4HiAVX2 with AVX-512. n must be a multiple of 8;
+// the slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func gemmU4HiAVX512(m int, n int, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
 
 // scaleColumnsAVX2 sets s[r*lds+j] *= f[j] for r < rows, j < len(f); the Go caller checks the sizes.
 //

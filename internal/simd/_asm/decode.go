@@ -57,7 +57,11 @@ func gemm16() {
 // values where the split has one, ran the decode step's 4 × 16 blocks at
 // about 70% of the FMA peak, the split at about 88%.
 func gemm16Kernel(name string, ke kElem, split bool, doc ...string) {
-	bType := map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size]
+	gemm16KernelOf(name, map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size], ke, split, doc...)
+}
+
+// gemm16KernelOf is gemm16Kernel with B's Go type bType.
+func gemm16KernelOf(name, bType string, ke kElem, split bool, doc ...string) {
 	TEXT(name, NOSPLIT, "func(m, n, k int, a []float32, lda int, b "+bType+", ldb int, c []float32, ldc int, accumulate bool, pf "+bType+")")
 	Pragma("noescape")
 	Doc(doc...)

@@ -39,7 +39,11 @@ func gemm512() {
 }
 
 func gemm512Kernel(name string, ke kElem512, pfKernel bool, doc ...string) {
-	bType := map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size]
+	gemm512KernelOf(name, map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size], ke, pfKernel, doc...)
+}
+
+// gemm512KernelOf is gemm512Kernel with B's Go type bType.
+func gemm512KernelOf(name, bType string, ke kElem512, pfKernel bool, doc ...string) {
 	sig := "func(m, n, k int, a []float32, lda int, b " + bType + ", ldb int, c []float32, ldc int, accumulate bool"
 	if pfKernel {
 		sig += ", pf " + bType

@@ -6,69 +6,91 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// unpack4 emits unpack4AVX2, which widens rows of packed 4-bit codes
-// (see Unpack4) to a byte a code: per 32 bytes of a row, one load, a
-// 16-bit shift by 4 (which brings every byte's high nibble down; the
-// bits it brings in from the next byte are masked off) and two masks
-// with 0x0F; rows are a whole number of 8-byte words, the last ones
-// done 8 bytes at a time in xmm registers.
-func unpack4() {
-	TEXT("unpack4AVX2", NOSPLIT, "func(dst, src []uint8, rows, pw int)")
-	Pragma("noescape")
-	Doc("unpack4AVX2 is Unpack4; the Go caller checks the sizes (pw a positive multiple of 8).")
-	d := Mem{Base: Load(Param("dst").Base(), GP64())}
-	s := Mem{Base: Load(Param("src").Base(), GP64())}
-	rows := Load(Param("rows"), GP64())
-	pw := Load(Param("pw"), GP64())
-	hi := Mem{Base: GP64()}
-	n8 := GP64() // bytes of the row left
+// The 4-bit codes of a packed row are read in place by the DotRows and
+// Gemm generators with the element types below, so that no unpacked copy
+// is written and read back: a half of a row (the low nibbles hold
+// channels [0, pw), the high ones [pw, 2·pw)) is a row of pw bytes whose
+// values are one nibble of each. Each load zero-extends 8 (or 16) bytes
+// to 32-bit lanes, like the int8 kernels' VPMOVSXBD, and keeps one nibble
+// with shifts, which need no constant in a register: the low nibble is
+// shifted to the top and back, the high one down by 4. The int32 codes
+// 0…15 then convert to float32 exactly.
+var (
+	kU4Lo = kElem{1, func(m Mem, v VecVirtual) {
+		VPMOVZXBD(m, v)
+		VPSLLD(U8(28), v, v)
+		VPSRLD(U8(28), v, v)
+		VCVTDQ2PS(v, v)
+	}, false}
+	kU4Hi = kElem{1, func(m Mem, v VecVirtual) {
+		VPMOVZXBD(m, v)
+		VPSRLD(U8(4), v, v)
+		VCVTDQ2PS(v, v)
+	}, false}
+	kU4Lox16 = kElem512{1, func(m Mem, mask Op, v VecVirtual) {
+		loadU8x16(m, mask, v)
+		VPSLLD(U8(28), v, v)
+		VPSRLD(U8(28), v, v)
+		VCVTDQ2PS(v, v)
+	}}
+	kU4Hix16 = kElem512{1, func(m Mem, mask Op, v VecVirtual) {
+		loadU8x16(m, mask, v)
+		VPSRLD(U8(4), v, v)
+		VCVTDQ2PS(v, v)
+	}}
+)
 
-	t := GP32()
-	MOVL(U32(0x0F0F0F0F), t)
-	mask := YMM()
-	VMOVD(t, mask.AsX())
-	VPBROADCASTD(mask.AsX(), mask)
-
-	Label("row")
-	TESTQ(rows, rows)
-	JZ(LabelRef("end"))
-	MOVQ(pw, n8)
-	LEAQ(Mem{Base: d.Base, Index: pw, Scale: 1}, hi.Base)
-
-	// step widens n bytes of the row: mov loads and stores them, x and
-	// y hold the low and high nibbles, mask is 0x0F in their width.
-	step := func(n int, mov func(Op, Op), x, y, mask Op) {
-		mov(s, x)
-		VPSRLW(U8(4), x, y)
-		VPAND(mask, x, x)
-		VPAND(mask, y, y)
-		mov(x, d)
-		mov(y, hi)
-		for _, r := range []Register{s.Base, d.Base, hi.Base} {
-			ADDQ(U8(n), r)
-		}
-		SUBQ(U8(n), n8)
+// loadU8x16 zero-extends 16 bytes at m (those of mask when it is not nil)
+// to the 32-bit lanes of v.
+func loadU8x16(m Mem, mask Op, v VecVirtual) {
+	if mask == nil {
+		VPMOVZXBD(m, v)
+		return
 	}
+	x := XMM()
+	VMOVDQU8_Z(m, mask, x)
+	VPMOVZXBD(x, v)
+}
 
-	Label("loop32")
-	CMPQ(n8, U8(32))
-	JL(LabelRef("loop8"))
-	step(32, func(a, b Op) { VMOVDQU(a, b) }, YMM(), YMM(), mask)
-	JMP(LabelRef("loop32"))
+// dotRowsU4 emits the DotRowsU4 kernels: dotRowsU4LoAVX2, dotRowsU4HiAVX2
+// and their AVX-512 forms. (With the prefetch hint of DotRowsPF, the
+// next block's rows passed to the first half's call, and GemmU4 given a
+// share of the next values each, the decode step measured no faster.)
+func dotRowsU4() {
+	for _, k := range []struct {
+		half    string
+		ke      kElem
+		ke512   kElem512
+		nibbles string
+	}{{"Lo", kU4Lo, kU4Lox16, "low"}, {"Hi", kU4Hi, kU4Hix16, "high"}} {
+		name := "dotRowsU4" + k.half
+		dotRowsKernel(name+"AVX2", "[]uint8", k.ke, false,
+			name+"AVX2 is dotRowsAVX2 with k the "+k.nibbles+" nibbles of bytes, read in place",
+			"(see DotRowsU4); the Go caller checks the sizes.",
+		)
+		dotRows512Kernel(name+"AVX512", "[]uint8", k.ke512, false,
+			name+"AVX512 is "+name+"AVX2 with AVX-512; the Go caller checks the sizes.")
+	}
+}
 
-	Label("loop8")
-	TESTQ(n8, n8)
-	JZ(LabelRef("next"))
-	step(8, func(a, b Op) { VMOVQ(a, b) }, XMM(), XMM(), mask.AsX())
-	JMP(LabelRef("loop8"))
-
-	Label("next")
-	// The high nibbles ended where the next row starts.
-	MOVQ(hi.Base, d.Base)
-	DECQ(rows)
-	JMP(LabelRef("row"))
-
-	Label("end")
-	VZEROUPPER()
-	RET()
+// gemmU4 emits the GemmU4 kernels: gemmU4LoAVX2, gemmU4HiAVX2 and their
+// AVX-512 forms.
+func gemmU4() {
+	for _, k := range []struct {
+		half    string
+		ke      kElem
+		ke512   kElem512
+		nibbles string
+	}{{"Lo", kU4Lo, kU4Lox16, "low"}, {"Hi", kU4Hi, kU4Hix16, "high"}} {
+		name := "gemmU4" + k.half
+		gemm16KernelOf(name+"AVX2", "[]uint8", k.ke, false,
+			name+"AVX2 computes C = A·B or C += A·B with B the "+k.nibbles+" nibbles of bytes,",
+			"read in place (see GemmU4). n must be a multiple of 8; the slices must be",
+			"long enough (the Go caller checks).",
+		)
+		gemm512KernelOf(name+"AVX512", "[]uint8", k.ke512, true,
+			name+"AVX512 is "+name+"AVX2 with AVX-512. n must be a multiple of 8;",
+			"the slices must be long enough (the Go caller checks).",
+		)
+	}
 }

@@ -55,7 +55,8 @@ func main() {
 	dotRowsI8()
 	gemmI8()
 	widenI8()
-	unpack4()
+	dotRowsU4()
+	gemmU4()
 	scaleColumns()
 
 	fmaPeak512()
