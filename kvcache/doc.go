@@ -33,11 +33,11 @@
 // a standard deviation, so that each value is off by about 9% rms and the
 // attention output by over 10%; the concentrated attention and
 // structured keys of trained models fare better. Its
-// kernels unpack a block of codes to int8 and run the int8 kernels, the
-// key scales folded into the queries and the value scales into the
-// probabilities; they are Go, not assembly, so the step is bound by the
-// unpacking and the int8 arithmetic rather than by memory. An evicting
-// cache quantises keys per token too (see int4.go).
+// kernels read the codes in place, widening them in registers, the key
+// scales folded into the queries and the value scales into the
+// probabilities; widening takes several instructions a code, so the step
+// is bound by that arithmetic rather than by memory. An evicting cache
+// quantises keys per token too (see int4.go).
 //
 // # Rotation
 //

@@ -435,8 +435,8 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 }
 
 // valuesI4 is values for an I4 cache: per channel group, the
-// probabilities times each row's scale through GemmI8 on the unpacked
-// codes, then Σ_j p_j·zero_j added to the group's columns.
+// probabilities times each row's scale through GemmU4 on the codes in
+// place; Σ_j p_j·zero_j goes to the span's zacc (see addZeros).
 func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	st, pw, d := c.stride, c.stride/2, c.cfg.D
 	row0 := off / st
