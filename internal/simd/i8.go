@@ -86,10 +86,41 @@ func widenI8Generic(dst []float32, src []int8, scale []float32, ld int) {
 	}
 }
 
-// dotRowsI8Generic widens each key row by chunks of widenChunk values
-// into an array on the stack and adds the dotGeneric of each query row
-// with the chunk to its score, as dotRowsWidened does.
-func dotRowsI8Generic(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+// The Go kernels of int8 and 4-bit codes share one body each: byteCodes
+// says what a byte holds.
+type byteCodes int
+
+const (
+	wholeByte  byteCodes = iota // an int8 code
+	lowNibble                   // a 4-bit code, 0…15, in bits 0–3
+	highNibble                  // a 4-bit code in bits 4–7
+)
+
+// widenCodes sets w[i] to the code of src[i] that what names. It is
+// called directly, not through a func value, so that the callers' w
+// stays on the stack.
+func widenCodes[T int8 | uint8](w []float32, src []T, what byteCodes) {
+	src = src[:len(w)]
+	switch what {
+	case wholeByte:
+		for i, c := range src {
+			w[i] = float32(c)
+		}
+	case lowNibble:
+		for i, c := range src {
+			w[i] = float32(c & 15)
+		}
+	default:
+		for i, c := range src {
+			w[i] = float32(c >> 4 & 15)
+		}
+	}
+}
+
+// dotRowsCodes widens each key row by chunks of widenChunk values into an
+// array on the stack and adds the dotGeneric of each query row with the
+// chunk to its score, as dotRowsWidened does.
+func dotRowsCodes[T int8 | uint8](s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int, what byteCodes) {
 	if rows == 0 || n == 0 {
 		return
 	}
@@ -100,9 +131,7 @@ func dotRowsI8Generic(s []float32, lds int, q []float32, ldq, rows int, k []int8
 		}
 		for c0 := 0; c0 < d; c0 += widenChunk {
 			w := buf[:min(widenChunk, d-c0)]
-			for i, c := range k[j*ldk+c0:][:len(w)] {
-				w[i] = float32(c)
-			}
+			widenCodes(w, k[j*ldk+c0:], what)
 			for r := range rows {
 				s[r*lds+j] += dotGeneric(q[r*ldq+c0:][:len(w)], w)
 			}
@@ -110,14 +139,10 @@ func dotRowsI8Generic(s []float32, lds int, q []float32, ldq, rows int, k []int8
 	}
 }
 
-func dotRowsI8PFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, _ []int8) {
-	dotRowsI8Generic(s, lds, q, ldq, rows, k, ldk, n, d)
-}
-
-// gemmI8Generic widens each row of B by chunks of widenChunk values into
-// an array on the stack, once, and adds it times A[i][p] to each row i
-// of C with axpyGeneric, as gemm16Generic does.
-func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, _ []int8) {
+// gemmCodes widens each row of B by chunks of widenChunk values into an
+// array on the stack, once, and adds it times A[i][p] to each row i of C
+// with axpyGeneric, as gemm16Generic does.
+func gemmCodes[T int8 | uint8](m, n, k int, a []float32, lda int, b []T, ldb int, c []float32, ldc int, accumulate bool, what byteCodes) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -130,9 +155,7 @@ func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []flo
 	for j0 := 0; j0 < n; j0 += widenChunk {
 		w := buf[:min(widenChunk, n-j0)]
 		for p := range k {
-			for i, x := range b[p*ldb+j0:][:len(w)] {
-				w[i] = float32(x)
-			}
+			widenCodes(w, b[p*ldb+j0:], what)
 			for i := range m {
 				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
 			}
@@ -140,12 +163,25 @@ func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []flo
 	}
 }
 
+func dotRowsI8Generic(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+	dotRowsCodes(s, lds, q, ldq, rows, k, ldk, n, d, wholeByte)
+}
+
+func dotRowsI8PFGeneric(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, _ []int8) {
+	dotRowsI8Generic(s, lds, q, ldq, rows, k, ldk, n, d)
+}
+
+func gemmI8Generic(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, _ []int8) {
+	gemmCodes(m, n, k, a, lda, b, ldb, c, ldc, accumulate, wholeByte)
+}
+
 // DotRowsU4 is DotRowsI8 with the keys 4-bit codes read in place from
 // one half of packed rows: key value c of row j is the low nibble of
-// k[j*ldk+c] (hi false) or its high one (hi true), 0…15: a row of 2·ldk codes
-// packed with code i in the low nibble of byte i and code i+ldk in its
-// high one (as kvcache's int4 rows are) is two halves of ldk bytes. A packed row's two halves are two calls with the
-// query columns of each half. It panics as DotRows does.
+// k[j*ldk+c] (hi false) or its high one (hi true), 0…15. A row of 2·ldk
+// codes packed with code i in the low nibble of byte i and code i+ldk in
+// its high one (as kvcache's int4 rows are) is two halves of ldk bytes,
+// two calls with the query columns of each half. It panics as DotRows
+// does.
 func DotRowsU4(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int, hi bool) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, d)
 	active.dotRowsU4[b2i(hi)](s, lds, q, ldq, rows, k, ldk, n, d)
@@ -166,62 +202,18 @@ func b2i(b bool) int {
 	return 0
 }
 
-// nibbles widens the low (shift 0) or high (shift 4) nibbles of src to w.
-func nibbles(w []float32, src []uint8, shift uint) {
-	for i, c := range src[:len(w)] {
-		w[i] = float32(c >> shift & 15)
-	}
-}
-
-func dotRowsU4Generic(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int, shift uint) {
-	var buf [widenChunk]float32
-	for j := range n {
-		for r := range rows {
-			s[r*lds+j] = 0
-		}
-		for c0 := 0; c0 < d; c0 += widenChunk {
-			w := buf[:min(widenChunk, d-c0)]
-			nibbles(w, k[j*ldk+c0:], shift)
-			for r := range rows {
-				s[r*lds+j] += dotGeneric(q[r*ldq+c0:][:len(w)], w)
-			}
-		}
-	}
-}
-
 func dotRowsU4LoGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
-	dotRowsU4Generic(s, lds, q, ldq, rows, k, ldk, n, d, 0)
+	dotRowsCodes(s, lds, q, ldq, rows, k, ldk, n, d, lowNibble)
 }
 
 func dotRowsU4HiGeneric(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
-	dotRowsU4Generic(s, lds, q, ldq, rows, k, ldk, n, d, 4)
-}
-
-func gemmU4Generic(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, shift uint) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if !accumulate {
-		for i := range m {
-			clear(c[i*ldc:][:n])
-		}
-	}
-	var buf [widenChunk]float32
-	for j0 := 0; j0 < n; j0 += widenChunk {
-		w := buf[:min(widenChunk, n-j0)]
-		for p := range k {
-			nibbles(w, b[p*ldb+j0:], shift)
-			for i := range m {
-				axpyGeneric(a[i*lda+p], w, c[i*ldc+j0:][:len(w)])
-			}
-		}
-	}
+	dotRowsCodes(s, lds, q, ldq, rows, k, ldk, n, d, highNibble)
 }
 
 func gemmU4LoGeneric(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
-	gemmU4Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, 0)
+	gemmCodes(m, n, k, a, lda, b, ldb, c, ldc, accumulate, lowNibble)
 }
 
 func gemmU4HiGeneric(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
-	gemmU4Generic(m, n, k, a, lda, b, ldb, c, ldc, accumulate, 4)
+	gemmCodes(m, n, k, a, lda, b, ldb, c, ldc, accumulate, highNibble)
 }

@@ -52,17 +52,21 @@ func loadU8x16(m Mem, mask Op, v VecVirtual) {
 	VPMOVZXBD(x, v)
 }
 
+// u4Halves are the two halves of a packed row, as the kernels' names, the
+// element types and the doc comments call them.
+var u4Halves = []struct {
+	half    string
+	ke      kElem
+	ke512   kElem512
+	nibbles string
+}{{"Lo", kU4Lo, kU4Lox16, "low"}, {"Hi", kU4Hi, kU4Hix16, "high"}}
+
 // dotRowsU4 emits the DotRowsU4 kernels: dotRowsU4LoAVX2, dotRowsU4HiAVX2
 // and their AVX-512 forms. (With the prefetch hint of DotRowsPF, the
 // next block's rows passed to the first half's call, and GemmU4 given a
 // share of the next values each, the decode step measured no faster.)
 func dotRowsU4() {
-	for _, k := range []struct {
-		half    string
-		ke      kElem
-		ke512   kElem512
-		nibbles string
-	}{{"Lo", kU4Lo, kU4Lox16, "low"}, {"Hi", kU4Hi, kU4Hix16, "high"}} {
+	for _, k := range u4Halves {
 		name := "dotRowsU4" + k.half
 		dotRowsKernel(name+"AVX2", "[]uint8", k.ke, false,
 			name+"AVX2 is dotRowsAVX2 with k the "+k.nibbles+" nibbles of bytes, read in place",
@@ -76,12 +80,7 @@ func dotRowsU4() {
 // gemmU4 emits the GemmU4 kernels: gemmU4LoAVX2, gemmU4HiAVX2 and their
 // AVX-512 forms.
 func gemmU4() {
-	for _, k := range []struct {
-		half    string
-		ke      kElem
-		ke512   kElem512
-		nibbles string
-	}{{"Lo", kU4Lo, kU4Lox16, "low"}, {"Hi", kU4Hi, kU4Hix16, "high"}} {
+	for _, k := range u4Halves {
 		name := "gemmU4" + k.half
 		gemm16KernelOf(name+"AVX2", "[]uint8", k.ke, false,
 			name+"AVX2 computes C = A·B or C += A·B with B the "+k.nibbles+" nibbles of bytes,",
