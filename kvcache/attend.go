@@ -336,15 +336,28 @@ func (sc *decodeScratch) start() {
 	}
 }
 
-// rescale multiplies query row r's running sum and accumulators by f, as
-// its running maximum rises.
-func (sc *decodeScratch) rescale(r int, f float32) {
-	sc.l[r] *= f
-	simd.Scale(sc.acc[r*sc.stride:][:sc.stride], f)
-	if sc.q4 != nil {
-		ng := len(sc.q4.zacc) / sc.g
-		simd.Scale(sc.q4.zacc[r*ng:][:ng], f)
+// exp turns query row r's scores of a block, sr, into probabilities
+// under its running maximum, in place, and adds them to its running sum.
+// When the block raises the maximum, the sum and the accumulators are
+// rescaled to it first; a row whose scores are all -Inf so far gets
+// zeros.
+func (sc *decodeScratch) exp(r int, sr []float32) {
+	mx := max(sc.m[r], simd.Max(sr))
+	if mx == float32(math.Inf(-1)) {
+		clear(sr)
+		return
 	}
+	if mx > sc.m[r] {
+		f := float32(math.Exp(float64(sc.m[r] - mx)))
+		sc.l[r] *= f
+		simd.Scale(sc.acc[r*sc.stride:][:sc.stride], f)
+		if sc.q4 != nil {
+			ng := len(sc.q4.zacc) / sc.g
+			simd.Scale(sc.q4.zacc[r*ng:][:ng], f)
+		}
+		sc.m[r] = mx
+	}
+	sc.l[r] += simd.ExpSum(sr, mx)
 }
 
 // finish writes each query row's output (d values) and lse at the end of
@@ -433,16 +446,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 					}
 				}
 			}
-			mx := max(sc.m[r], simd.Max(sr))
-			if mx == float32(math.Inf(-1)) {
-				clear(sr)
-				continue
-			}
-			if mx > sc.m[r] {
-				sc.rescale(r, float32(math.Exp(float64(sc.m[r]-mx))))
-				sc.m[r] = mx
-			}
-			sc.l[r] += simd.ExpSum(sr, mx)
+			sc.exp(r, sr)
 		}
 		c.values(sc, base+j0*st, nb, g, base+next*st, nn)
 	}

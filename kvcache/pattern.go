@@ -379,17 +379,7 @@ func (c *Cache) rangeSpan(sc *rangeScratch, pl *rangePlan, blocks []rangeBlock, 
 			}
 		}
 		for r := range g {
-			sr := ds.s[r*decodeBlock:][:nb]
-			mx := max(ds.m[r], simd.Max(sr))
-			if mx == negInf {
-				clear(sr)
-				continue
-			}
-			if mx > ds.m[r] {
-				ds.rescale(r, float32(math.Exp(float64(ds.m[r]-mx))))
-				ds.m[r] = mx
-			}
-			ds.l[r] += simd.ExpSum(sr, mx)
+			ds.exp(r, ds.s[r*decodeBlock:][:nb])
 		}
 		src.values(ds, off, nb, g, off, 0)
 	}
