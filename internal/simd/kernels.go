@@ -11,11 +11,15 @@ import (
 // The kernel families, least capable first. A family is one complete set
 // of kernels; the more capable ones replace some kernels of the family
 // before them and keep the others (see the package documentation).
-var familyNames = []string{"generic", "avx2", "avx512", "avx512bf16", "amx"}
+// neon (arm64) sits below the amd64 families: the ranks only order the
+// families of one architecture, and asking an arm64 machine for an amd64
+// family gives neon, the most capable one it has.
+var familyNames = []string{"generic", "neon", "avx2", "avx512", "avx512bf16", "amx"}
 
 // familyNeeds says what a family needs of the CPU, for KernelsNote.
 var familyNeeds = map[string]string{
 	"generic":    "nothing",
+	"neon":       "arm64 assembly with Advanced SIMD (ASIMD)",
 	"avx2":       "amd64 assembly with AVX2 and FMA",
 	"avx512":     "amd64 assembly with AVX-512 F, BW, VL and DQ",
 	"avx512bf16": "amd64 assembly with AVX-512 F, BW, VL, DQ and BF16",
@@ -31,8 +35,8 @@ var amxNote string
 // AMX tiles of Intel CPUs for bfloat16 attention, see AttendAMX),
 // "avx512bf16" (AVX-512 with the bfloat16 dot products of AVX512-BF16 for
 // 16-bit KV caches),
-// "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA) or
-// "generic" (plain Go, the only family of a purego build or another
+// "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA), "neon"
+// (arm64 Advanced SIMD) or "generic" (plain Go, the only family of a purego build or another
 // architecture). By default it is the most capable family the CPU and
 // the build allow; the environment variable ATTN_KERNELS, read once at
 // start-up, chooses a less capable one (see KernelsNote).
