@@ -16,7 +16,7 @@
 // Each kernel has a plain Go version (generic.go) and assembly versions
 // generated with avo (the generator is in _asm, a module of its own),
 // grouped in families, each a complete set of kernels: "generic" (Go),
-// "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, BW, VL and DQ),
+// "neon" (arm64 Advanced SIMD, written by hand), "avx2" (AVX2 and FMA), "avx512" (AVX-512 F, BW, VL and DQ),
 // "avx512bf16" (AVX512-BF16 too) and "amx" (AMX-TILE and AMX-BF16 too, on
 // Linux, which must grant the process the tile state: the package asks
 // once at start-up, and without it there is no amx family and
@@ -25,7 +25,8 @@
 // family only (HasAMX). At start-up the most capable family
 // the CPU and the OS support (golang.org/x/sys/cpu) is put in use; the
 // environment variable ATTN_KERNELS names a less capable one instead
-// ("generic", also "go" or "purego", "avx2", "avx512", "avx512bf16"), so that every
+// ("generic", also "go" or "purego", "avx2", "avx512", "avx512bf16"; on
+// arm64 "generic" or "neon"), so that every
 // path can run on a machine that has the most capable, and the purego
 // build tag leaves only the Go kernels. Kernels names the family in use,
 // Families those this machine can run, KernelsNote why ATTN_KERNELS was
@@ -207,6 +208,29 @@
 // 91% (D = 128) of FMAPeak (BenchmarkAttendPanels). PanelFromRows and RowsFromPanel move up to 16
 // rows into and out of a panel, 8×8 blocks at a time through
 // VUNPCKLPS/VSHUFPS/VPERM2F128 transposes.
+//
+// The neon family (arm64 with Advanced SIMD, which every arm64 Linux
+// has) is the generic family with its float32 kernels replaced by
+// hand-written assembly, neon_arm64.s, since avo does not target arm64:
+// GemmPanels, OnlineSoftmax, AttendPanels, Gemm, GemmPF, DotRows,
+// DotRowsPF, Dot, Axpy, Scale, Max, Exp, ExpSum, ExpMul, ReadSum and
+// FMAPeak; the 16-bit, int8 and 4-bit kernels and the panel moves stay
+// in Go. With 4 float32 lanes a register and 32 registers, Gemm and
+// GemmPanels keep a 6-row × 16-column block of C in 24 accumulators, each
+// step of k loading a row of B into 4 registers and broadcasting 6
+// values of A (LD1R), and DotRows takes 4 query rows × 2 keys in 8. The
+// loops over panels and row blocks are Go, slicing the operands so that
+// each assembly call is bounded by its slices. OnlineSoftmax takes one
+// panel (4 registers of queries) a call with exp2Tile's steps;
+// AttendPanels is its definition on these kernels, without the fused
+// maximum, and ignores the prefetch hints. Exp, ExpSum and ExpMul take
+// the steps of the Go versions (FRINTN rounds n); the last len%4 values
+// go through lane 0 one at a time, so that nothing past a slice is read
+// or written and each value gets the bits a full vector would give it.
+// The Go assembler lacks most floating-point vector instructions (FADD,
+// FMUL, FMAX, FCMGT, FRINTN …): macros at the top of the file emit them
+// as WORDs. CI runs the tests of this family on amd64 under qemu-user,
+// which checks results only.
 //
 // The kernels do not allocate. Gemm, Exp, ExpMul, Dot, Axpy, WidenBF16,
 // WidenF16, WidenI8, ScaleColumns, the DotRows kernels, the 16-bit, int8

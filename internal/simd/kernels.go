@@ -36,8 +36,8 @@ var amxNote string
 // "avx512bf16" (AVX-512 with the bfloat16 dot products of AVX512-BF16 for
 // 16-bit KV caches),
 // "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA), "neon"
-// (arm64 Advanced SIMD) or "generic" (plain Go, the only family of a purego build or another
-// architecture). By default it is the most capable family the CPU and
+// (arm64 Advanced SIMD) or "generic" (plain Go, the only family of a
+// purego build or another architecture). By default it is the most capable family the CPU and
 // the build allow; the environment variable ATTN_KERNELS, read once at
 // start-up, chooses a less capable one (see KernelsNote).
 func Kernels() string { return active.name }

@@ -107,7 +107,9 @@ const PeakFlopsPerIter = 12 * 8 * 2
 // floating-point peak of one core for the kernels in use: with the AVX2
 // kernels, the FMA pipes of the CPU with ymm FMAs; with the AVX-512 ones,
 // with zmm FMAs (a round of 12 of them is two iterations), which some
-// CPUs run at twice the flops; with the Go ones, scalar multiply-adds.
+// CPUs run at twice the flops; with the NEON ones, 24 chains of 4-lane
+// FMAs an iteration, the same flops; with the Go ones, scalar
+// multiply-adds.
 func FMAPeak(iters int) float32 { return active.fmaPeak(iters) }
 
 // ReadSum returns the sum of x, added in an unspecified order: a
