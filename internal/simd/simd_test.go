@@ -110,6 +110,7 @@ func TestChooseKernels(t *testing.T) {
 		{" PureGo ", "generic", false},
 		{"generic", "generic", false},
 		{"sse2", best, true},
+		{"neon", atMost(names, "neon"), !slices.Contains(names, "neon")},
 		{"avx2", atMost(names, "avx2"), !slices.Contains(names, "avx2")},
 		{"avx512", atMost(names, "avx512"), !slices.Contains(names, "avx512")},
 		{"AVX512BF16", atMost(names, "avx512bf16"), !slices.Contains(names, "avx512bf16")},
