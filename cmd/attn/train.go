@@ -62,6 +62,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	induction := fs.Float64("induction", 0, "share `P` of training windows of random pieces whose second half copies stretches of the first, weighted as answers (the densest signal for in-context copying)")
 	copyShare := fs.Float64("copy", 0, "share `P` of training windows that end with a copy of a stretch of themselves, weighted as answers (it teaches in-context copying)")
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
+	spread := fs.Float64("spread", 0, "with -retrieval, share `P` of planted windows whose questions end a prefix of random length (1/8 to all of the window) with text after, so that answering does not hang on the window's end")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
@@ -134,6 +135,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *asks != 1 {
 			tc.Tasks += fmt.Sprintf(",asks=%d", *asks)
+		}
+		if *spread > 0 {
+			tc.Tasks += fmt.Sprintf(",spread=%g", *spread)
 		}
 		if *copyShare > 0 {
 			tc.Tasks += fmt.Sprintf(",copy=%g", *copyShare)
@@ -500,6 +504,7 @@ type taskMix struct {
 	share  float64
 	facts  int
 	asks   int     // questions at the end of a planted window
+	spread float64 // share of planted windows whose questions end a prefix of random length, text after
 	copy   float64 // share of windows ending with a copy of a stretch of themselves
 	induct float64 // share of windows of random pieces whose second half copies stretches of the first
 	weight float32 // of the answer's tokens in the loss
@@ -523,6 +528,8 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			m.facts, err = strconv.Atoi(v)
 		case "asks":
 			m.asks, err = strconv.Atoi(v)
+		case "spread":
+			m.spread, err = strconv.ParseFloat(v, 64)
 		case "copy":
 			m.copy, err = strconv.ParseFloat(v, 64)
 		case "induction":
@@ -537,6 +544,9 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 		if err != nil {
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
+	}
+	if !(m.spread >= 0 && m.spread <= 1) {
+		return nil, fmt.Errorf("training tasks %q: want spread in [0, 1]", tc.Tasks)
 	}
 	if !(m.copy >= 0 && m.induct >= 0 && m.share+m.copy+m.induct <= 1) {
 		return nil, fmt.Errorf("training tasks %q: want copy, induction >= 0 and retrieval + copy + induction <= 1", tc.Tasks)
@@ -653,20 +663,34 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 		if u >= m.share {
 			continue
 		}
-		p, err := m.b.PlantAsking(rng, w, m.facts, m.asks)
+		// A model whose questions always end the window can learn to
+		// answer only there, at one absolute position (the first token is
+		// a clock): a spread window asks at the end of a prefix of 1/8 to
+		// all of it, with the window's text after, as the needle test
+		// asks at the end of prompts of every length.
+		end := len(w)
+		if m.spread > 0 && rng.Float64() < m.spread {
+			end = len(w)/8 + rng.IntN(len(w)-len(w)/8+1)
+		}
+		p, err := m.b.PlantAsking(rng, w[:end], m.facts, m.asks)
+		if err != nil && end < len(w) {
+			// No room for the facts in the prefix: the whole window.
+			end = len(w)
+			p, err = m.b.PlantAsking(rng, w, m.facts, m.asks)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("planting facts in window %d of step %d: %w", j, i, err)
 		}
-		out[j] = p.Tokens
+		out[j] = append(p.Tokens, w[end:]...)
 		if weights != nil {
 			// Prediction k predicts token k+1: an answer's tokens are
 			// predicted from its AnswerAt-1 to the next question's At-1.
 			for qi, q := range p.Questions {
-				end := len(weights[j])
+				to := end - 1
 				if qi+1 < len(p.Questions) {
-					end = p.Questions[qi+1].At - 1
+					to = p.Questions[qi+1].At - 1
 				}
-				for k := max(q.AnswerAt-1, 0); k < end; k++ {
+				for k := max(q.AnswerAt-1, 0); k < to; k++ {
 					weights[j][k] = m.weight
 				}
 			}

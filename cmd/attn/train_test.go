@@ -254,3 +254,57 @@ func TestTaskMix(t *testing.T) {
 		t.Error("retrieval + copy > 1 accepted")
 	}
 }
+
+// A spread planted window asks at the end of a prefix of random length:
+// the answer's last token ends the prefix, the window's own text follows
+// unweighted, and the prefixes' ends vary over the window.
+func TestTaskMixSpread(t *testing.T) {
+	_, tok, err := austen.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, err := austen.HeldOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(hold[:60000], false)
+	const L, weight, windows = 400, 4, 24
+	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,facts=2,spread=1,weight=4", Seed: 5, Batch: windows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([][]int, windows)
+	for j := range batch {
+		batch[j] = ids[j*L : (j+1)*L+1]
+	}
+	out, weights, err := m.apply(batch, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := 0
+	for j, w := range out {
+		last := len(weights[j]) - 1
+		for last >= 0 && weights[j][last] != weight {
+			last--
+		}
+		if len(w) != L+1 || last < 0 {
+			t.Fatalf("window %d: %d tokens, last weighted prediction %d", j, len(w), last)
+		}
+		end := last + 2 // prediction k predicts token k+1
+		if !slices.Equal(w[end:], batch[j][end:]) {
+			t.Fatalf("window %d: the text after the answer (from %d) is not the window's own", j, end)
+		}
+		if !strings.Contains(tok.Decode(w[:end]), "What is the special magic number") {
+			t.Fatalf("window %d: no question before the prefix's end %d", j, end)
+		}
+		if end < L/2 {
+			short++
+		}
+	}
+	if short == 0 || short == windows {
+		t.Errorf("%d of %d prefixes end in the window's first half: want some, not all", short, windows)
+	}
+	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,spread=2"}); err == nil {
+		t.Error("spread 2 accepted")
+	}
+}
