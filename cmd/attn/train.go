@@ -311,7 +311,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if mix != nil {
-		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, up to %d of them asked for at the end, %.0f%% end with a copy, %.0f%% are induction windows (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.asks, 100*mix.copy, 100*mix.induct, mix.weight)
+		fmt.Fprintf(stdout, "tasks  %s: %.0f%% of the windows carry up to %d planted facts, up to %d of them asked for at the end (in %.0f%% of them, the end of a prefix of random length), %.0f%% end with a copy, %.0f%% are induction windows (answer weight %g)\n", tc.Tasks, 100*mix.share, mix.facts, mix.asks, 100*mix.spread, 100*mix.copy, 100*mix.induct, mix.weight)
 	}
 	needleScore := func() (string, error) {
 		if *valNeedle == 0 || *val == "" {
