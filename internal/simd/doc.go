@@ -214,8 +214,10 @@
 // hand-written assembly, neon_arm64.s, since avo does not target arm64:
 // GemmPanels, OnlineSoftmax, AttendPanels, Gemm, GemmPF, DotRows,
 // DotRowsPF, Dot, Axpy, Scale, Max, Exp, ExpSum, ExpMul, ReadSum and
-// FMAPeak; the 16-bit, int8 and 4-bit kernels and the panel moves stay
-// in Go. With 4 float32 lanes a register and 32 registers, Gemm and
+// FMAPeak; the 16-bit, int8 and 4-bit kernels widen a block of keys or
+// of B into an array on the stack (ZIP1/ZIP2 with zeros, FCVTL, SXTL or
+// UXTL then SCVTF or UCVTF) and run the float32 kernels on it, and the
+// panel moves stay in Go. With 4 float32 lanes a register and 32 registers, Gemm and
 // GemmPanels keep a 6-row × 16-column block of C in 24 accumulators, each
 // step of k loading a row of B into 4 registers and broadcasting 6
 // values of A (LD1R), and DotRows takes 4 query rows × 2 keys in 8. The

@@ -177,3 +177,209 @@ func axpyNEONChecked(a float32, x, y []float32) { axpyNEON(a, x, y[:len(x)]) }
 func expNEONChecked(dst, x []float32) { expNEON(dst[:len(x)], x) }
 
 func expMulNEONChecked(p, g []float32) { expMulNEON(p, g[:len(p)]) }
+
+// The 16-bit, int8 and 4-bit kernels widen a block of the keys or of B
+// into an array on the stack with the widenRows kernels, then run the
+// float32 kernels on it: the block is small enough to stay in L1, and
+// the float32 kernels already have their register blocking. The results
+// are those of the float32 kernels on the widened values.
+
+// widenRows*NEON set dst[r*ldd+c] to the float32 value of src[r*lds+c]
+// for r < rows and c < cols: a bfloat16, a binary16, an int8, or the low
+// or high nibble of a byte.
+//
+//go:noescape
+func widenRowsBF16NEON(dst []float32, ldd int, src []uint16, lds, rows, cols int)
+
+//go:noescape
+func widenRowsF16NEON(dst []float32, ldd int, src []uint16, lds, rows, cols int)
+
+//go:noescape
+func widenRowsI8NEON(dst []float32, ldd int, src []int8, lds, rows, cols int)
+
+//go:noescape
+func widenRowsU4LoNEON(dst []float32, ldd int, src []uint8, lds, rows, cols int)
+
+//go:noescape
+func widenRowsU4HiNEON(dst []float32, ldd int, src []uint8, lds, rows, cols int)
+
+// neonCodes says what the values of a narrow source are.
+type neonCodes int
+
+const (
+	neonBF16 neonCodes = iota
+	neonF16
+	neonI8
+	neonU4Lo
+	neonU4Hi
+)
+
+// widenBlockNEON is the widenRows kernel of what, with dst and src cut to
+// the block it covers. The type switch, not a func value, picks the
+// kernel, so that the callers' arrays stay on the stack.
+func widenBlockNEON[T uint16 | int8 | uint8](dst []float32, ldd int, src []T, lds, rows, cols int, what neonCodes) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	dst = dst[:(rows-1)*ldd+cols]
+	src = src[:(rows-1)*lds+cols]
+	switch s := any(src).(type) {
+	case []uint16:
+		if what == neonF16 {
+			widenRowsF16NEON(dst, ldd, s, lds, rows, cols)
+		} else {
+			widenRowsBF16NEON(dst, ldd, s, lds, rows, cols)
+		}
+	case []int8:
+		widenRowsI8NEON(dst, ldd, s, lds, rows, cols)
+	case []uint8:
+		if what == neonU4Hi {
+			widenRowsU4HiNEON(dst, ldd, s, lds, rows, cols)
+		} else {
+			widenRowsU4LoNEON(dst, ldd, s, lds, rows, cols)
+		}
+	}
+}
+
+// neonDotChunk is the number of key values dotRowsCodesNEON widens at
+// once; neonGemmChunk that of B values gemmCodesNEON widens, a block of
+// up to neonGemmCols columns.
+const (
+	neonDotChunk  = 1024
+	neonGemmChunk = 4096
+	neonGemmCols  = 64
+)
+
+// dotRowsCodesNEON widens as many whole key rows as the buffer holds and
+// runs dotRowsNEON on them; a key row longer than the buffer is widened
+// a chunk at a time, each chunk's dot added to the scores, as
+// dotRowsWidened does.
+func dotRowsCodesNEON[T uint16 | int8 | uint8](s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int, what neonCodes) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	if d == 0 { // q and k may be empty
+		for r := range rows {
+			clear(s[r*lds:][:n])
+		}
+		return
+	}
+	var buf [neonDotChunk]float32
+	if d <= len(buf) {
+		nb := len(buf) / d
+		for j0 := 0; j0 < n; j0 += nb {
+			b := min(nb, n-j0)
+			widenBlockNEON(buf[:], d, k[j0*ldk:], ldk, b, d, what)
+			dotRowsNEON(s[j0:], lds, q, ldq, rows, buf[:b*d], d, b, d)
+		}
+		return
+	}
+	for j := range n {
+		for r := range rows {
+			s[r*lds+j] = 0
+		}
+		for c0 := 0; c0 < d; c0 += len(buf) {
+			w := buf[:min(len(buf), d-c0)]
+			widenBlockNEON(w, 0, k[j*ldk+c0:], 0, 1, len(w), what)
+			for r := range rows {
+				s[r*lds+j] += dotNEON(q[r*ldq+c0:][:len(w)], w)
+			}
+		}
+	}
+}
+
+// gemmCodesNEON widens blocks of up to neonGemmCols columns of B, as
+// many rows as the buffer holds, and adds their product with A's
+// columns to C with gemmPFNEON (n is a multiple of 8).
+func gemmCodesNEON[T uint16 | int8 | uint8](m, n, k int, a []float32, lda int, b []T, ldb int, c []float32, ldc int, accumulate bool, what neonCodes) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		if !accumulate {
+			for i := range m {
+				clear(c[i*ldc:][:n])
+			}
+		}
+		return
+	}
+	var buf [neonGemmChunk]float32
+	for j0 := 0; j0 < n; j0 += neonGemmCols {
+		nw := min(neonGemmCols, n-j0)
+		kc := len(buf) / nw
+		for p0 := 0; p0 < k; p0 += kc {
+			kb := min(kc, k-p0)
+			widenBlockNEON(buf[:], nw, b[p0*ldb+j0:], ldb, kb, nw, what)
+			gemmPFNEON(m, nw, kb, a[p0:], lda, buf[:kb*nw], nw, c[j0:], ldc, accumulate || p0 > 0, nil)
+		}
+	}
+}
+
+func widenBF16NEON(dst []float32, src []uint16) {
+	widenBlockNEON(dst, 0, src, 0, 1, len(src), neonBF16)
+}
+
+func widenF16NEON(dst []float32, src []uint16) {
+	widenBlockNEON(dst, 0, src, 0, 1, len(src), neonF16)
+}
+
+// widenI8NEON widens all the rows in one call, then scales each: the
+// float32 product, one rounding, as widenI8Generic.
+func widenI8NEON(dst []float32, src []int8, scale []float32, ld int) {
+	widenBlockNEON(dst, ld, src, ld, len(scale), ld, neonI8)
+	for r, f := range scale {
+		scaleNEON(dst[r*ld:][:ld], f)
+	}
+}
+
+func dotRowsBF16NEON(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonBF16)
+}
+
+func dotRowsBF16PFNEON(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, _ []uint16) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonBF16)
+}
+
+func dotRowsF16NEON(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonF16)
+}
+
+func dotRowsF16PFNEON(s []float32, lds int, q []float32, ldq, rows int, k []uint16, ldk, n, d int, _ []uint16) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonF16)
+}
+
+func dotRowsI8NEON(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonI8)
+}
+
+func dotRowsI8PFNEON(s []float32, lds int, q []float32, ldq, rows int, k []int8, ldk, n, d int, _ []int8) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonI8)
+}
+
+func dotRowsU4LoNEON(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonU4Lo)
+}
+
+func dotRowsU4HiNEON(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int) {
+	dotRowsCodesNEON(s, lds, q, ldq, rows, k, ldk, n, d, neonU4Hi)
+}
+
+func gemmBF16NEON(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, _ []uint16) {
+	gemmCodesNEON(m, n, k, a, lda, b, ldb, c, ldc, accumulate, neonBF16)
+}
+
+func gemmF16NEON(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, accumulate bool, _ []uint16) {
+	gemmCodesNEON(m, n, k, a, lda, b, ldb, c, ldc, accumulate, neonF16)
+}
+
+func gemmI8NEON(m, n, k int, a []float32, lda int, b []int8, ldb int, c []float32, ldc int, accumulate bool, _ []int8) {
+	gemmCodesNEON(m, n, k, a, lda, b, ldb, c, ldc, accumulate, neonI8)
+}
+
+func gemmU4LoNEON(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
+	gemmCodesNEON(m, n, k, a, lda, b, ldb, c, ldc, accumulate, neonU4Lo)
+}
+
+func gemmU4HiNEON(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, _ []uint8) {
+	gemmCodesNEON(m, n, k, a, lda, b, ldb, c, ldc, accumulate, neonU4Hi)
+}

@@ -1129,3 +1129,259 @@ fpDone:
 	FADDP4(0, 0, 0)
 	FMOVS F0, ret+8(FP)
 	RET
+
+// The widenings of the 16-bit, int8 and 4-bit kernels: each sets
+// dst[r*ldd+c] to the float32 value of src[r*lds+c] for r < rows and
+// c < cols (R0 and R1 the rows of dst and src, R2 and R3 their strides
+// in bytes), 8 values a step and the last cols%8 one at a time, so that
+// nothing past a row's cols values is read or written. The Go assembler
+// lacks the widening conversions: these macros emit them as WORDs.
+
+// FCVTL Vd.4S, Vn.4H (binary16 to float32, exact; a NaN made quiet)
+#define FCVTL4(n, d) WORD $(0x0E217800 | ((n)<<5) | (d))
+// FCVTL2 Vd.4S, Vn.8H
+#define FCVTL24(n, d) WORD $(0x4E217800 | ((n)<<5) | (d))
+// SXTL Vd.8H, Vn.8B (SSHLL #0)
+#define SXTL8(n, d) WORD $(0x0F08A400 | ((n)<<5) | (d))
+// SXTL Vd.4S, Vn.4H
+#define SXTL4(n, d) WORD $(0x0F10A400 | ((n)<<5) | (d))
+// SXTL2 Vd.4S, Vn.8H
+#define SXTL24(n, d) WORD $(0x4F10A400 | ((n)<<5) | (d))
+// SCVTF Vd.4S, Vn.4S
+#define SCVTF4(n, d) WORD $(0x4E21D800 | ((n)<<5) | (d))
+// UCVTF Vd.4S, Vn.4S
+#define UCVTF4(n, d) WORD $(0x6E21D800 | ((n)<<5) | (d))
+
+// func widenRowsBF16NEON(dst []float32, ldd int, src []uint16, lds, rows, cols int)
+TEXT ·widenRowsBF16NEON(SB), NOSPLIT, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R2
+	MOVD src_base+32(FP), R1
+	MOVD lds+56(FP), R3
+	MOVD rows+64(FP), R4
+	MOVD cols+72(FP), R5
+	LSL  $2, R2
+	LSL  $1, R3
+	VEOR V31.B16, V31.B16, V31.B16
+	CBZ  R4, wbDone
+
+wbRow:
+	MOVD R0, R6
+	MOVD R1, R7
+	MOVD R5, R8
+
+wb8:
+	CMP    $8, R8
+	BLT    wb1
+	VLD1.P 16(R7), [V0.H8]
+	// A bfloat16 is the high half of its float32: zeros go below it.
+	VZIP1  V0.H8, V31.H8, V1.H8
+	VZIP2  V0.H8, V31.H8, V2.H8
+	VST1.P [V1.S4, V2.S4], 32(R6)
+	SUB    $8, R8
+	B      wb8
+
+wb1:
+	CBZ     R8, wbNext
+	MOVHU.P 2(R7), R9
+	LSLW    $16, R9
+	MOVW.P  R9, 4(R6)
+	SUB     $1, R8
+	B       wb1
+
+wbNext:
+	ADD  R2, R0
+	ADD  R3, R1
+	SUBS $1, R4
+	BNE  wbRow
+
+wbDone:
+	RET
+
+// func widenRowsF16NEON(dst []float32, ldd int, src []uint16, lds, rows, cols int)
+TEXT ·widenRowsF16NEON(SB), NOSPLIT, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R2
+	MOVD src_base+32(FP), R1
+	MOVD lds+56(FP), R3
+	MOVD rows+64(FP), R4
+	MOVD cols+72(FP), R5
+	LSL  $2, R2
+	LSL  $1, R3
+	CBZ R4, whDone
+
+whRow:
+	MOVD R0, R6
+	MOVD R1, R7
+	MOVD R5, R8
+
+wh8:
+	CMP    $8, R8
+	BLT    wh1
+	VLD1.P 16(R7), [V0.H8]
+	FCVTL4(0, 1)
+	FCVTL24(0, 2)
+	VST1.P [V1.S4, V2.S4], 32(R6)
+	SUB    $8, R8
+	B      wh8
+
+wh1:
+	CBZ     R8, whNext
+	MOVHU.P 2(R7), R9
+	FMOVS   R9, F0
+	FCVTHS  F0, F1
+	FMOVS.P F1, 4(R6)
+	SUB     $1, R8
+	B       wh1
+
+whNext:
+	ADD  R2, R0
+	ADD  R3, R1
+	SUBS $1, R4
+	BNE  whRow
+
+whDone:
+	RET
+
+// func widenRowsI8NEON(dst []float32, ldd int, src []int8, lds, rows, cols int)
+TEXT ·widenRowsI8NEON(SB), NOSPLIT, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R2
+	MOVD src_base+32(FP), R1
+	MOVD lds+56(FP), R3
+	MOVD rows+64(FP), R4
+	MOVD cols+72(FP), R5
+	LSL  $2, R2
+	CBZ R4, wiDone
+
+wiRow:
+	MOVD R0, R6
+	MOVD R1, R7
+	MOVD R5, R8
+
+wi8:
+	CMP    $8, R8
+	BLT    wi1
+	VLD1.P 8(R7), [V0.B8]
+	SXTL8(0, 0)
+	SXTL4(0, 1)
+	SXTL24(0, 2)
+	SCVTF4(1, 1)
+	SCVTF4(2, 2)
+	VST1.P [V1.S4, V2.S4], 32(R6)
+	SUB    $8, R8
+	B      wi8
+
+wi1:
+	CBZ     R8, wiNext
+	MOVB.P  1(R7), R9
+	SCVTFWS R9, F0
+	FMOVS.P F0, 4(R6)
+	SUB     $1, R8
+	B       wi1
+
+wiNext:
+	ADD  R2, R0
+	ADD  R3, R1
+	SUBS $1, R4
+	BNE  wiRow
+
+wiDone:
+	RET
+
+// func widenRowsU4LoNEON(dst []float32, ldd int, src []uint8, lds, rows, cols int)
+TEXT ·widenRowsU4LoNEON(SB), NOSPLIT, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R2
+	MOVD src_base+32(FP), R1
+	MOVD lds+56(FP), R3
+	MOVD rows+64(FP), R4
+	MOVD cols+72(FP), R5
+	LSL  $2, R2
+	VMOVI $15, V30.B16
+	CBZ   R4, wlDone
+
+wlRow:
+	MOVD R0, R6
+	MOVD R1, R7
+	MOVD R5, R8
+
+wl8:
+	CMP    $8, R8
+	BLT    wl1
+	VLD1.P 8(R7), [V0.B8]
+	VAND   V30.B8, V0.B8, V0.B8
+	VUXTL  V0.B8, V0.H8
+	VUXTL  V0.H4, V1.S4
+	VUXTL2 V0.H8, V2.S4
+	UCVTF4(1, 1)
+	UCVTF4(2, 2)
+	VST1.P [V1.S4, V2.S4], 32(R6)
+	SUB    $8, R8
+	B      wl8
+
+wl1:
+	CBZ     R8, wlNext
+	MOVBU.P 1(R7), R9
+	ANDW    $15, R9
+	UCVTFWS R9, F0
+	FMOVS.P F0, 4(R6)
+	SUB     $1, R8
+	B       wl1
+
+wlNext:
+	ADD  R2, R0
+	ADD  R3, R1
+	SUBS $1, R4
+	BNE  wlRow
+
+wlDone:
+	RET
+
+// func widenRowsU4HiNEON(dst []float32, ldd int, src []uint8, lds, rows, cols int)
+TEXT ·widenRowsU4HiNEON(SB), NOSPLIT, $0-80
+	MOVD dst_base+0(FP), R0
+	MOVD ldd+24(FP), R2
+	MOVD src_base+32(FP), R1
+	MOVD lds+56(FP), R3
+	MOVD rows+64(FP), R4
+	MOVD cols+72(FP), R5
+	LSL  $2, R2
+	CBZ R4, wuDone
+
+wuRow:
+	MOVD R0, R6
+	MOVD R1, R7
+	MOVD R5, R8
+
+wu8:
+	CMP    $8, R8
+	BLT    wu1
+	VLD1.P 8(R7), [V0.B8]
+	VUSHR  $4, V0.B8, V0.B8
+	VUXTL  V0.B8, V0.H8
+	VUXTL  V0.H4, V1.S4
+	VUXTL2 V0.H8, V2.S4
+	UCVTF4(1, 1)
+	UCVTF4(2, 2)
+	VST1.P [V1.S4, V2.S4], 32(R6)
+	SUB    $8, R8
+	B      wu8
+
+wu1:
+	CBZ     R8, wuNext
+	MOVBU.P 1(R7), R9
+	LSRW    $4, R9
+	UCVTFWS R9, F0
+	FMOVS.P F0, 4(R6)
+	SUB     $1, R8
+	B       wu1
+
+wuNext:
+	ADD  R2, R0
+	ADD  R3, R1
+	SUBS $1, R4
+	BNE  wuRow
+
+wuDone:
+	RET
