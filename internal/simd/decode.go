@@ -11,7 +11,8 @@ package simd
 // an m×k float32 matrix A (row stride lda), a k×n bfloat16 matrix B (row
 // stride ldb) and an m×n float32 matrix C (row stride ldc). It is the
 // product O += P·V of a decode step on the values of a 16-bit cache, read
-// once at half the bytes of float32 with no widened copy. The results are
+// once at half the bytes of float32 with no widened copy (the neon
+// family widens small blocks on the stack instead). The results are
 // those of Gemm on the widened B, up to the order of additions and, with
 // the avx512bf16 kernels, which split each value of A into two bfloat16
 // halves and multiply them by VDPBF16PS, to the split's error: the halves
