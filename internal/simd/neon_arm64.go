@@ -255,13 +255,8 @@ const (
 // a chunk at a time, each chunk's dot added to the scores, as
 // dotRowsWidened does.
 func dotRowsCodesNEON[T uint16 | int8 | uint8](s []float32, lds int, q []float32, ldq, rows int, k []T, ldk, n, d int, what neonCodes) {
-	if rows == 0 || n == 0 {
-		return
-	}
-	if d == 0 { // q and k may be empty
-		for r := range rows {
-			clear(s[r*lds:][:n])
-		}
+	if rows == 0 || n == 0 || d == 0 { // nothing to widen: zero scores or none
+		dotRowsNEON(s, lds, q, ldq, rows, nil, ldk, n, d)
 		return
 	}
 	var buf [neonDotChunk]float32
@@ -292,15 +287,8 @@ func dotRowsCodesNEON[T uint16 | int8 | uint8](s []float32, lds int, q []float32
 // many rows as the buffer holds, and adds their product with A's
 // columns to C with gemmPFNEON (n is a multiple of 8).
 func gemmCodesNEON[T uint16 | int8 | uint8](m, n, k int, a []float32, lda int, b []T, ldb int, c []float32, ldc int, accumulate bool, what neonCodes) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		if !accumulate {
-			for i := range m {
-				clear(c[i*ldc:][:n])
-			}
-		}
+	if m == 0 || n == 0 || k == 0 { // nothing to widen: C cleared or kept
+		gemmNEON(m, n, k, a, lda, nil, ldb, c, ldc, accumulate)
 		return
 	}
 	var buf [neonGemmChunk]float32
