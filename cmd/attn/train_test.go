@@ -149,7 +149,10 @@ func TestTrainCommandErrors(t *testing.T) {
 // TestTaskMix checks the planted, copied and induction windows of a training mix:
 // lengths kept, answers and copies weighted and nothing else, copies equal
 // to an earlier stretch, and the same batch for the same step.
-func TestTaskMix(t *testing.T) {
+// taskMixBatch returns the embedded tokenizer and windows windows of L+1
+// tokens of held-out Persuasion, one after another.
+func taskMixBatch(t *testing.T, windows, L int) (*tokenizer.Tokenizer, [][]int) {
+	t.Helper()
 	_, tok, err := austen.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -159,14 +162,19 @@ func TestTaskMix(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := tok.Encode(hold[:60000], false)
+	batch := make([][]int, windows)
+	for j := range batch {
+		batch[j] = ids[j*L : (j+1)*L+1]
+	}
+	return tok, batch
+}
+
+func TestTaskMix(t *testing.T) {
 	const L, weight = 400, 4
+	tok, batch := taskMixBatch(t, 24, L)
 	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.4,facts=3,asks=2,copy=0.2,induction=0.2,weight=4", Seed: 3, Batch: 24})
 	if err != nil {
 		t.Fatal(err)
-	}
-	batch := make([][]int, 24)
-	for j := range batch {
-		batch[j] = ids[j*L : (j+1)*L+1]
 	}
 	out, weights, err := m.apply(batch, 5)
 	if err != nil {
@@ -259,23 +267,11 @@ func TestTaskMix(t *testing.T) {
 // the answer's last token ends the prefix, the window's own text follows
 // unweighted, and the prefixes' ends vary over the window.
 func TestTaskMixSpread(t *testing.T) {
-	_, tok, err := austen.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hold, err := austen.HeldOut()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := tok.Encode(hold[:60000], false)
 	const L, weight, windows = 400, 4, 24
+	tok, batch := taskMixBatch(t, windows, L)
 	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,facts=2,spread=1,weight=4", Seed: 5, Batch: windows})
 	if err != nil {
 		t.Fatal(err)
-	}
-	batch := make([][]int, windows)
-	for j := range batch {
-		batch[j] = ids[j*L : (j+1)*L+1]
 	}
 	out, weights, err := m.apply(batch, 2)
 	if err != nil {
