@@ -55,10 +55,10 @@
 // never O(N·M). Tiles are handed to goroutines from a shared counter,
 // longest (latest causal) tiles first, so causal work stays balanced.
 //
-// On an AMD Zen 3 core a tile runs at about 86% (D = 64) and 91% (D = 128)
-// of the FMA peak (simd.FMAPeak) with its data in cache: the products at
-// 93–97% and the exponentials, about 5 cycles per 8 logits, the rest
-// (BenchmarkForward reports the whole call).
+// With its data in cache a tile spends most of its time in the two
+// products, near the FMA peak (simd.FMAPeak), and the rest in the
+// exponentials; BenchmarkForward and `attn bench` report the whole call
+// against the peak measured in the same run.
 //
 // # bfloat16
 //

@@ -68,12 +68,13 @@
 // A decode step streams the cache, and small groups (Hkv = 8 of H = 32)
 // are bound by memory: their kernels read 16-bit and int8 rows in place
 // and prefetch the next block as they compute (int8 rows, half the bytes
-// of 16-bit ones, leave the step bound by the kernels' arithmetic on 2
-// cores of Zen 3). Bound by memory is not free of arithmetic: on that
-// machine the kernels alone, in L1, take about half the time DRAM takes
-// to deliver a float32 block and 80–100% of it for a bf16 one, so the
-// step runs at the DRAM rate only as far as the prefetches hide one under
-// the other (47–77% of the streaming probe, see the README). The rows
+// of 16-bit ones, can leave the step bound by the kernels' arithmetic on
+// a machine with few cores). Bound by memory is not free of arithmetic:
+// the kernels alone, in L1, take a good part of the time DRAM takes to
+// deliver a block, more for a widened 16-bit one, so the step runs at
+// the DRAM rate only as far as the prefetches hide one under the other
+// (`attn bench -mode decode` gives the fraction of the streaming probe
+// measured in the same run; the README quotes it). The rows
 // sit on transparent huge pages where Linux allows. Large groups (more than 15
 // query heads a KV head, such as MQA with H = 32) do 2·H/Hkv flops for
 // every value read, too many for memory to be the limit on a machine of

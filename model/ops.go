@@ -19,7 +19,7 @@ func parallel(ctx context.Context, workers, n int, fn func(i int)) error {
 
 // Tiles of the prefill matrix products: rows of W (a multiple of the
 // micro-kernel's 6), positions (a multiple of simd.Panel) and the inner
-// dimension, sized so that a tile's operands stay in a Zen 3 core's L2.
+// dimension, sized so that a tile's operands stay in a core's L2 (512 KiB or more).
 const (
 	tileRows = 96
 	tileCols = 128

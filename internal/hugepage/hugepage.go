@@ -10,13 +10,9 @@
 // of many distributions, and the Go runtime does not tell it for the
 // heap.
 //
-// Measured on the development machine (AMD EPYC Zen 3, 2 vCPUs, THP
-// "madvise"), one process, caches with and without the advice, 31
-// interleaved rounds, medians of two runs: a KV-cache decode step (H =
-// 32, Hkv = 8, D = 128, 16k and 64k positions) ran 5–11% faster with
-// float32 storage and 8–19% faster with bf16; the streaming probe read
-// from −1% to 19% faster, so the step's fraction of the probe moved
-// little (54–79% either way).
+// Huge pages make a KV-cache decode step and the streaming probe faster
+// by a few to twenty percent where the kernel honours the advice; the
+// README's decode section gives the figures measured when it was added.
 package hugepage
 
 // Size is the huge page size Advise aligns to.
