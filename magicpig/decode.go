@@ -3,6 +3,7 @@ package magicpig
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -95,6 +96,7 @@ type scratch struct {
 	w     []float32 // their weights
 	lists [][]int32 // the lists of the query's buckets
 	touch int32     // what reading their first entries gave
+	sink  float32   // what touchRows read
 	// seen holds, for each position, the epoch (a count of sample
 	// calls) at which it last collided, above hitBits bits of its
 	// collisions in that epoch.
@@ -350,8 +352,8 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 		sc.collideBits(s0, w0, th)
 	} else {
 		sc.collideCounts(s0, w0, th)
+		slices.Sort(sc.pos)
 	}
-	slices.Sort(sc.pos)
 	ns = len(sc.pos)
 	sc.line = grow(sc.line, ns)
 	hd := r.st.Head(b, kvh)
@@ -370,6 +372,7 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	for b0 := 0; b0 < ns; b0 += sampleBatch {
 		nb := min(sampleBatch, ns-b0)
 		rows := sc.rows[:nb*st]
+		sc.sink += touchRows(hd.KV, sc.pos[b0:b0+nb], st)
 		for i, x := range sc.pos[b0 : b0+nb] {
 			copy(rows[i*st:][:st], hd.KV[int(x)*st:][:st])
 		}
@@ -406,10 +409,11 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	return ns, smax, ssum
 }
 
-// collideBits appends to sc.pos the positions in [s0, w0) that appear
-// in th (1 or 2) of the lists sc.lists: the default threshold's walk
+// collideBits appends to sc.pos, in increasing order, the positions in
+// [s0, w0) that appear in th (1 or 2) of the lists sc.lists: the walk
 // marks positions in two bitmaps, a bit a position, which stay in a
-// core's first cache however long the cache, where counts would not.
+// core's first cache however long the cache, where counts would not; a
+// scan of the bitmap then lists them in order, with no sort.
 func (sc *scratch) collideBits(s0, w0, th int) {
 	words := (w0 + 63) / 64
 	if cap(sc.once) < words {
@@ -426,20 +430,20 @@ func (sc *scratch) collideBits(s0, w0, th int) {
 				break
 			}
 			w, bit := x>>6, uint64(1)<<(x&63)
-			switch {
-			case once[w]&bit == 0:
-				once[w] |= bit
-				if th == 1 {
-					sc.pos = append(sc.pos, x)
-				}
-			case th == 2 && twice[w]&bit == 0:
-				twice[w] |= bit
-				sc.pos = append(sc.pos, x)
-			}
+			twice[w] |= once[w] & bit
+			once[w] |= bit
 		}
 	}
-	clear(once)
-	clear(twice)
+	hits := twice
+	if th == 1 {
+		hits = once
+	}
+	for w := s0 / 64; w < words; w++ {
+		for b := hits[w]; b != 0; b &= b - 1 {
+			sc.pos = append(sc.pos, int32(w*64+bits.TrailingZeros64(b)))
+		}
+		once[w], twice[w] = 0, 0
+	}
 }
 
 // collideCounts is collideBits for any threshold, with a count a
@@ -609,3 +613,26 @@ var (
 	_ attn.Appender   = (*Decoder)(nil)
 	_ attn.Fallbacker = (*Decoder)(nil)
 )
+
+// touchRows reads one float32 of every 64-byte line of the rows of st
+// floats at positions pos of kv, with four independent sums, so that all
+// of a batch's lines are in flight at once; the copy that follows then
+// reads them from cache, where copying row by row would wait for each
+// row's misses in turn.
+func touchRows(kv []float32, pos []int32, st int) float32 {
+	var s0, s1, s2, s3 float32
+	for _, x := range pos {
+		row := kv[int(x)*st:][:st]
+		i := 0
+		for ; i+64 <= st; i += 64 {
+			s0 += row[i]
+			s1 += row[i+16]
+			s2 += row[i+32]
+			s3 += row[i+48]
+		}
+		for ; i < st; i += 16 {
+			s0 += row[i]
+		}
+	}
+	return s0 + s1 + s2 + s3
+}

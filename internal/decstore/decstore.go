@@ -16,6 +16,7 @@ package decstore
 import (
 	"context"
 	"fmt"
+	"github.com/attnkit/attn/internal/hugepage"
 	"math"
 	"runtime"
 	"sync"
@@ -200,6 +201,9 @@ func (d *Decoder[S]) appendRows(buf, k, v []float32) []float32 {
 			c = max(need, min(c, 2*d.cfg.MaxLen*dd))
 		}
 		nb := make([]float32, n, c)
+		// Samples and pages are read at scattered rows: on 4 KiB pages
+		// nearly every row would also miss the TLB.
+		hugepage.Advise(nb[:c])
 		copy(nb, buf)
 		buf = nb
 	}
