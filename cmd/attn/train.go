@@ -671,6 +671,9 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 		end := len(w)
 		if m.spread > 0 && rng.Float64() < m.spread {
 			end = len(w)/8 + rng.IntN(len(w)-len(w)/8+1)
+			// The text after the answer starts a word, as text after an
+			// answer would.
+			end = max(m.b.WordStart(w, end), len(w)/8)
 		}
 		p, err := m.b.PlantAsking(rng, w[:end], m.facts, m.asks)
 		if err != nil && end < len(w) {

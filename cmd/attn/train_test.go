@@ -293,6 +293,11 @@ func TestTaskMixSpread(t *testing.T) {
 		if !strings.Contains(tok.Decode(w[:end]), "What is the special magic number") {
 			t.Fatalf("window %d: no question before the prefix's end %d", j, end)
 		}
+		// The text after the answer starts a word: no answer runs on
+		// into the middle of one.
+		if end < len(w) && m.b.WordStart(batch[j], end) != end {
+			t.Fatalf("window %d: the text after the answer starts mid-word (%q)", j, tok.Decode(batch[j][end-1:end+1]))
+		}
 		if end < L/2 {
 			short++
 		}

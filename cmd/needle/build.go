@@ -245,6 +245,16 @@ func snap(tok Tokenizer, hay []int, off, m, t int) int {
 	return t
 }
 
+// WordStart returns the start of a word in tokens nearest to i (in [0,
+// len(tokens)], both ends counting as starts) within a few tokens, the
+// earlier on a tie, or i when there is none: where text cut from tokens
+// can end with the next word whole, as a training window that goes on
+// after an answer must, or the model learns that answers run on into
+// the middle of a word.
+func (b *Builder) WordStart(tokens []int, i int) int {
+	return snap(b.tok, tokens, 0, len(tokens), i)
+}
+
 // Fact is one needle of a planted training window.
 type Fact struct {
 	Key, Value string

@@ -106,7 +106,7 @@ func TestTemplates(t *testing.T) {
 			t.Errorf("NewBuilder(%+v): error %v, want ErrInput", tm, err)
 		}
 	}
-	if got := Fill(DefaultNeedle, "blue owl", "123456"); got != " The special magic number for blue owl is 123456." {
+	if got := Fill(DefaultNeedle, "blue owl", "123456"); got != " The special magic number for blue owl is #123456." {
 		t.Errorf("Fill: %q", got)
 	}
 }
@@ -253,10 +253,10 @@ func checkCase(t *testing.T, b *Builder, hay []int, c Case, n int, depth float64
 	if !strings.Contains(text, strings.TrimPrefix(Fill(tm.Needle, c.Key, c.Value), " ")) {
 		t.Fatalf("the prompt's text lacks the needle's")
 	}
-	if !slices.Equal(c.Answer, b.Encode(" "+c.Value)) || c.AnswerText != " "+c.Value {
-		t.Fatalf("answer %v %q, want the tokens of %q", c.Answer, c.AnswerText, " "+c.Value)
+	if !slices.Equal(c.Answer, b.Encode(Fill(DefaultAnswer, c.Key, c.Value))) || c.AnswerText != Fill(DefaultAnswer, c.Key, c.Value) {
+		t.Fatalf("answer %v %q, want the tokens of %q", c.Answer, c.AnswerText, Fill(DefaultAnswer, c.Key, c.Value))
 	}
-	if got := b.Continuation(c.Tokens[n-1], c.Answer); got != " "+c.Value {
+	if got := b.Continuation(c.Tokens[n-1], c.Answer); got != Fill(DefaultAnswer, c.Key, c.Value) {
 		t.Fatalf("answer reads %q after the question", got)
 	}
 }
@@ -297,7 +297,7 @@ func TestBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := tk.Decode(c.Tokens)
-		for _, s := range []string{" The special magic number for blue owl is 424242.", " What is the special magic number for blue owl? The special magic number for blue owl is"} {
+		for _, s := range []string{" The special magic number for blue owl is #424242.", " What is the special magic number for blue owl? The special magic number for blue owl is"} {
 			if !strings.Contains(text, s) || strings.Contains(text, " "+s) {
 				t.Errorf("AddSpacePrefix %v: prompt does not hold %q once spaced:\n%s", prefix, s, text)
 			}

@@ -12,15 +12,20 @@
 // with the needle inserted at depth d of it, and the question. With the
 // default templates the needle is
 //
-//	The special magic number for {key} is {value}.
+//	The special magic number for {key} is #{value}.
 //
 // the question
 //
 //	What is the special magic number for {key}? The special magic number for {key} is
 //
-// and the answer " {value}". A key is an adjective and a noun drawn from
+// and the answer " #{value}". A key is an adjective and a noun drawn from
 // two fixed lists of 64 ordinary English words ("silver lantern"), a value
-// a 6-digit number. The pieces are tokenized on their own and joined as
+// a 6-digit number. The value follows a mark the haystack does not use
+// ('#' is in no Austen novel), as RULER's follows a colon: a model finds
+// the needle from the question by that mark, and small vocabularies,
+// which spell a key and a lone space in common pieces, give nothing else
+// as distinctive to find it by. The key tells facts apart when a prompt
+// holds several. The pieces are tokenized on their own and joined as
 // tokens (see Builder), so that the length is exact; the needle goes at
 // token round(d·m) of the m haystack tokens, moved to the nearest start
 // of a word within 8 tokens, so depth 0 puts it first and depth 1 right

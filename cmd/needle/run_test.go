@@ -83,7 +83,7 @@ func TestAsk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !a.Correct || a.Text != " 135790 the" || !slices.Equal(a.Tokens, append(slices.Clone(c.Answer), stop)) {
+	if !a.Correct || a.Text != " #135790 the" || !slices.Equal(a.Tokens, append(slices.Clone(c.Answer), stop)) {
 		t.Fatalf("answer %v %q correct %v, want the value then \" the\"", a.Tokens, a.Text, a.Correct)
 	}
 	// The same model with another value: wrong, and stopped as soon as
@@ -97,7 +97,7 @@ func TestAsk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Correct || !strings.HasPrefix(" 135790 the", a.Text) || !decided(c2.AnswerText, a.Text) ||
+	if a.Correct || !strings.HasPrefix(" #135790 the", a.Text) || !decided(c2.AnswerText, a.Text) ||
 		decided(c2.AnswerText, b.Continuation(c.Tokens[119], a.Tokens[:len(a.Tokens)-1])) {
 		t.Fatalf("answer %q correct %v, want a wrong answer cut where it went wrong", a.Text, a.Correct)
 	}

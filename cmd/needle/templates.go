@@ -20,9 +20,9 @@ const (
 // Default templates. The needle has no trailing space: it is inserted
 // before a word of the haystack, whose token brings its own space.
 const (
-	DefaultNeedle   = " The special magic number for {key} is {value}."
+	DefaultNeedle   = " The special magic number for {key} is #{value}."
 	DefaultQuestion = " What is the special magic number for {key}? The special magic number for {key} is"
-	DefaultAnswer   = " {value}"
+	DefaultAnswer   = " #{value}"
 )
 
 // Templates are the texts of a test, with {key} and {value} replaced by
