@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"errors"
+	"github.com/attnkit/attn/kvcache"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -191,6 +192,52 @@ func TestPerplexity(t *testing.T) {
 	}
 	if _, err := Perplexity(ctx, exact, tokens[:1], PerplexityOptions{}); !errors.Is(err, attn.ErrInput) {
 		t.Errorf("one token: %v", err)
+	}
+}
+
+// TestDecodedPerplexity checks Perplexity with Decode: on an exact
+// model it scores what the whole-window pass scores, within the float32
+// differences of the decode kernels, on overlapping windows; with an
+// int4 KV cache, which only decoding uses, the model's scores move away
+// from its reference's while the reference stays the exact pass.
+func TestDecodedPerplexity(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfigs[2]
+	w, _ := RandomWeights(cfg, 31)
+	exact, _ := New(w, Options{})
+	tokens := randomTokens(rand.New(rand.NewPCG(3, 1)), 45, cfg.Vocab)
+	o := PerplexityOptions{Context: 20, Stride: 7}
+	whole, err := Perplexity(ctx, exact, tokens, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Decode, o.Reference = true, exact
+	dec, err := Perplexity(ctx, exact, tokens, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Tokens != whole.Tokens || dec.Windows != whole.Windows || math.Abs(dec.NLL-whole.NLL) > 1e-5*whole.NLL ||
+		math.Abs(dec.RefNLL-whole.NLL) > 1e-9*whole.NLL || !(dec.KL >= 0 && dec.KL < 1e-6*float64(dec.Tokens)) {
+		t.Errorf("decoded: %d tokens %d windows NLL %v reference %v KL %v; whole windows: %d tokens %d windows NLL %v",
+			dec.Tokens, dec.Windows, dec.NLL, dec.RefNLL, dec.KL, whole.Tokens, whole.Windows, whole.NLL)
+	}
+	if dec.LayerErr != nil || dec.AttnSeconds != 0 {
+		t.Errorf("decoded: layer errors %v, attention seconds %v, want none", dec.LayerErr, dec.AttnSeconds)
+	}
+	i4, err := New(w, Options{Cache: kvcache.I4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := Perplexity(ctx, i4, tokens, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.RefNLL != dec.RefNLL || !(q.KL > 1e-6*float64(q.Tokens)) || q.NLL == dec.NLL {
+		t.Errorf("int4 cache: NLL %v (exact decoded %v), reference %v (want %v), KL %v", q.NLL, dec.NLL, q.RefNLL, dec.RefNLL, q.KL)
+	}
+	o.Reference = nil
+	if q2, err := Perplexity(ctx, i4, tokens, PerplexityOptions{Context: 20, Stride: 7}); err != nil || q2.NLL != whole.NLL {
+		t.Errorf("int4 cache, whole windows: NLL %v, want the exact %v (%v)", q2.NLL, whole.NLL, err)
 	}
 }
 

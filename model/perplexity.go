@@ -26,6 +26,14 @@ type PerplexityOptions struct {
 	Reference *Model
 	// Progress, when not nil, is called after each window.
 	Progress func(done, total int)
+	// Decode scores each window as generation would meet it: the
+	// window's tokens before the first it scores go through a Session as
+	// one prompt chunk, and every later token is fed alone, so that each
+	// layer's incremental decoder (attn.Decoder) predicts it. Mechanisms
+	// that approximate only when decoding (quest, magicpig, a quantised
+	// KV cache) are measured only this way. A Reference still runs as a
+	// whole window; LayerErr and AttnSeconds are left empty.
+	Decode bool
 }
 
 // PerplexityResult sums the scores of Perplexity.
@@ -134,6 +142,9 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 	// Logits are taken a chunk of rows at a time from the window's hidden
 	// states: a whole window's would take rows × Vocab floats per model.
 	chunk := max(1, min(ctxLen, perplexityChunkFloats/v))
+	if o.Decode {
+		return decodedPerplexity(ctx, m, tokens, o, chunk, begins, ends, firsts)
+	}
 	logits := make([]float32, chunk*v)
 	var refLogits []float32
 	if ref != nil {
@@ -207,6 +218,70 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 			if refSq[l] > 0 {
 				r.LayerErr[l] = math.Sqrt(errSq[l] / refSq[l])
 			}
+		}
+	}
+	return r, nil
+}
+
+// decodedPerplexity is Perplexity with o.Decode set, over the windows
+// given; the reference's logits are taken chunk rows at a time.
+func decodedPerplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions, chunk int, begins, ends, firsts []int) (PerplexityResult, error) {
+	var r PerplexityResult
+	sess, err := m.NewSession()
+	if err != nil {
+		return r, err
+	}
+	v, d, ref := m.cfg.Vocab, m.cfg.Dim, o.Reference
+	logits := make([]float32, v)
+	var refLogits []float32
+	var lp, lq []float64
+	if ref != nil {
+		refLogits, lp, lq = make([]float32, chunk*v), make([]float64, v), make([]float64, v)
+	}
+	for w := range begins {
+		b, e, f := begins[w], ends[w], firsts[w]
+		sess.Reset()
+		var refH []float32
+		if ref != nil {
+			if refH, err = ref.forwardHidden(ctx, tokens[b:e], f-1-b, nil, nil); err != nil {
+				return r, err
+			}
+		}
+		for i0 := 0; i0 < e-f; i0 += chunk {
+			c := min(chunk, e-f-i0)
+			if ref != nil {
+				if err := ref.logitsOf(ctx, refLogits[:c*v], refH[i0*d:(i0+c)*d]); err != nil {
+					return r, err
+				}
+			}
+			for i := range c {
+				t := f + i0 + i // the token predicted
+				feed := tokens[t-1 : t]
+				if t == f {
+					feed = tokens[b:f] // the prompt
+				}
+				if err := sess.Step(ctx, feed, logits); err != nil {
+					return r, err
+				}
+				if ref == nil {
+					r.NLL += nllOf(logits, tokens[t])
+					continue
+				}
+				logSoftmax(lq, logits)
+				logSoftmax(lp, refLogits[i*v:][:v])
+				r.NLL -= lq[tokens[t]]
+				r.RefNLL -= lp[tokens[t]]
+				var kl float64
+				for j, a := range lp {
+					kl += math.Exp(a) * (a - lq[j])
+				}
+				r.KL += max(kl, 0)
+			}
+		}
+		r.Tokens += e - f
+		r.Windows++
+		if o.Progress != nil {
+			o.Progress(w+1, len(begins))
 		}
 	}
 	return r, nil

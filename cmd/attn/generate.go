@@ -22,6 +22,7 @@ decoder. Without -model, the embedded model.`,
 	})
 	var mf modelFlags
 	mf.register(fs, true)
+	mf.registerCache(fs)
 	prompt := fs.String("prompt", "", "`TEXT` to continue (empty: start from BOS alone)")
 	n := fs.Int("n", 200, "tokens to generate at most")
 	temp := fs.Float64("temp", 0.8, "sampling temperature (0: greedy)")

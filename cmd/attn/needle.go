@@ -31,6 +31,7 @@ otherwise.`,
 	})
 	var mf modelFlags
 	mf.register(fs, true)
+	mf.registerCache(fs)
 	text := fs.String("text", "", "haystack text `FILE` (UTF-8; .gz is read gunzipped; default: Persuasion, embedded)")
 	def := needle.DefaultTemplates()
 	ndl := fs.String("needle", def.Needle, "needle `TEMPLATE`: {key} and {value} are replaced")
@@ -85,10 +86,14 @@ otherwise.`,
 		}
 		ms = append(ms, m)
 	}
-	patches := mf.patches
-	mf.patches = nil // each mechanism builds its own patched model
+	dt, rot, err := mf.storage()
+	if err != nil {
+		return err
+	}
+	patches, cache := mf.patches, mf.cache
+	mf.patches, mf.cache = nil, "" // each mechanism builds its own model, with the cache
 	exact, _, tok, err := mf.load()
-	mf.patches = patches
+	mf.patches, mf.cache = patches, cache
 	if err != nil {
 		return err
 	}
@@ -118,6 +123,7 @@ otherwise.`,
 		Haystack: hay, HaystackName: hayName,
 		Templates: needle.Templates{Needle: *ndl, Question: *question, Answer: *answer},
 		Lengths:   ns, Depths: ds, Trials: trials, Seed: mf.seed, Mechs: ms, Workers: mf.workers,
+		Cache: dt, CacheRotate: rot,
 	}
 	fmt.Fprintln(stderr, "model:", describeModel(mf.model, exact))
 	bar := newProgress(stderr, 0, 0)

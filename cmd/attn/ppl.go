@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/attnkit/attn/kvcache"
 	"io"
 	"math"
 	"os"
@@ -23,6 +24,25 @@ type modelFlags struct {
 	patches          listFlag
 	seed             uint64
 	workers          int
+	cache            string // -cache, for the commands that decode
+}
+
+// registerCache adds -cache, for the commands whose models decode token
+// by token (generate, needle, ppl -decode).
+func (f *modelFlags) registerCache(fs *flagSet) {
+	fs.StringVar(&f.cache, "cache", "f32", "`STORAGE` of the KV caches of decoding: f32, bf16, f16, i8 or i4, +rot for a Hadamard rotation (i4+rot); not f32, it makes a patched model of its own")
+}
+
+// storage parses -cache.
+func (f *modelFlags) storage() (kvcache.DType, bool, error) {
+	if f.cache == "" {
+		return kvcache.F32, false, nil
+	}
+	dt, rot, err := kvcache.ParseStorage(f.cache)
+	if err != nil {
+		return 0, false, fmt.Errorf("-cache: %w", err)
+	}
+	return dt, rot, nil
 }
 
 func (f *modelFlags) register(fs *flagSet, patch bool) {
@@ -67,8 +87,12 @@ func (f *modelFlags) load() (exact, patched *model.Model, tok *tokenizer.Tokeniz
 		}
 		ps = append(ps, p...)
 	}
-	if len(ps) > 0 {
-		if patched, err = model.New(w, model.Options{Workers: f.workers, Patches: ps, Seed: f.seed}); err != nil {
+	dt, rot, err := f.storage()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(ps) > 0 || dt != kvcache.F32 || rot {
+		if patched, err = model.New(w, model.Options{Workers: f.workers, Patches: ps, Seed: f.seed, Cache: dt, CacheRotate: rot}); err != nil {
 			return nil, nil, nil, fmt.Errorf("-patch: %w", err)
 		}
 	}
@@ -92,15 +116,19 @@ func describeModel(path string, m *model.Model) string {
 
 // pplJSON is what ppl writes to -out DIR/ppl.json.
 type pplJSON struct {
-	Model        string        `json:"model"`
-	Text         string        `json:"text"`
-	Context      int           `json:"context"`
-	Stride       int           `json:"stride"`
-	Windows      int           `json:"windows"`
-	Tokens       int           `json:"tokens"`
-	Chars        int           `json:"chars"`
-	Perplexity   float64       `json:"perplexity"`
-	BitsPerChar  float64       `json:"bits_per_char"`
+	Model       string  `json:"model"`
+	Text        string  `json:"text"`
+	Context     int     `json:"context"`
+	Stride      int     `json:"stride"`
+	Windows     int     `json:"windows"`
+	Tokens      int     `json:"tokens"`
+	Chars       int     `json:"chars"`
+	Perplexity  float64 `json:"perplexity"`
+	BitsPerChar float64 `json:"bits_per_char"`
+	// Decode and Cache are -decode and -cache (absent: whole windows,
+	// float32 caches).
+	Decode       bool          `json:"decode,omitempty"`
+	Cache        string        `json:"cache,omitempty"`
 	Patch        []string      `json:"patch,omitempty"`
 	PatchedPPL   float64       `json:"patched_perplexity,omitempty"`
 	PatchedBPC   float64       `json:"patched_bits_per_char,omitempty"`
@@ -134,9 +162,14 @@ patched layer's attention error. Without -model, the embedded model.`,
 	ctxLen := fs.Int("ctx", 0, "tokens per window (0: the model's context, or 512)")
 	stride := fs.Int("stride", 0, "tokens a window moves (0: half the window)")
 	limit := fs.Int("tokens", 0, "score only the first `N` tokens of the text (0: all)")
+	decode := fs.Bool("decode", false, "score as generation runs: each window's earlier tokens as one prompt, then every scored token decoded alone through each layer's decoder (quest, magicpig and -cache approximate only so)")
+	mf.registerCache(fs)
 	out := fs.String("out", "", "write `DIR`/ppl.json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if mf.cache != "f32" && !*decode {
+		return fmt.Errorf("-cache %s: the KV cache is used only in decoding; add -decode", mf.cache)
 	}
 	tcfg := experiment.TextConfig{Path: *textPath, Limit: *limit, Context: *ctxLen, Stride: *stride}
 	if err := tcfg.Check(); err != nil {
@@ -153,7 +186,11 @@ patched layer's attention error. Without -model, the embedded model.`,
 	}
 	printLines(stderr, text.Notes)
 	tokens, chars, opts := text.Tokens, text.Chars, text.Options()
-	res := pplJSON{Model: mf.model, Text: text.Name, Context: opts.Context, Stride: opts.Stride, Chars: chars}
+	opts.Decode = *decode
+	res := pplJSON{Model: mf.model, Text: text.Name, Context: opts.Context, Stride: opts.Stride, Chars: chars, Decode: *decode}
+	if mf.cache != "f32" {
+		res.Cache = mf.cache
+	}
 	fmt.Fprintln(stdout, "model ", describeModel(mf.model, exact))
 	fmt.Fprintf(stdout, "text   %s: %d characters, %d tokens; windows of %d tokens, stride %d: %d windows\n",
 		text.Name, chars, len(tokens), opts.Context, opts.Stride, text.Windows)
@@ -178,7 +215,11 @@ patched layer's attention error. Without -model, the embedded model.`,
 	}
 	res.Windows, res.Tokens = r.Windows, r.Tokens
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(stdout, "scored %d tokens\n\n", r.Tokens)
+	how := ""
+	if *decode {
+		how = ", each decoded alone after its window's earlier tokens"
+	}
+	fmt.Fprintf(stdout, "scored %d tokens%s\n\n", r.Tokens, how)
 	fmt.Fprintln(tw, "model\tperplexity\tbits/char\tnats/token\tKL(exact‖patched) nats/token")
 	if patched == nil {
 		res.Perplexity, res.BitsPerChar = r.PPL(), r.BitsPerChar(chars)
@@ -187,12 +228,15 @@ patched layer's attention error. Without -model, the embedded model.`,
 		refBPC := r.RefNLL / math.Ln2 / float64(chars)
 		res.Perplexity, res.BitsPerChar = r.RefPPL(), refBPC
 		res.Patch = mf.patches
+		if len(res.Patch) == 0 {
+			res.Patch = nil
+		}
 		res.PatchedPPL, res.PatchedBPC, res.MeanKL = r.PPL(), r.BitsPerChar(chars), r.MeanKL()
 		fmt.Fprintf(tw, "exact\t%.6g\t%.4f\t%.4f\t\n", r.RefPPL(), refBPC, r.RefNLL/float64(r.Tokens))
 		fmt.Fprintf(tw, "patched\t%.6g\t%.4f\t%.4f\t%.5g\n", r.PPL(), r.BitsPerChar(chars), r.NLL/float64(r.Tokens), r.MeanKL())
 	}
 	tw.Flush()
-	if patched != nil {
+	if patched != nil && r.LayerErr != nil {
 		fmt.Fprintln(stdout, "\nattention output error of each layer against exact attention on the same inputs:")
 		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "layer\tattention\trel. error")

@@ -148,8 +148,32 @@ func TestPPLCommand(t *testing.T) {
 			t.Errorf("performer patch: %+v", pr)
 		}
 	}
+	// -decode scores what whole windows score, within float32; an int4
+	// cache, used only in decoding, moves the patched model's scores.
+	dec := filepath.Join(f.dir, "dec")
+	if _, stderr, err := modelCmd(t, cmdPPL, "-model", f.gguf, "-text", f.text, "-ctx", "24", "-stride", "10", "-decode", "-out", dec); err != nil {
+		t.Fatalf("-decode: %v\n%s", err, stderr)
+	}
+	var dr pplJSON
+	b, _ = os.ReadFile(filepath.Join(dec, "ppl.json"))
+	json.Unmarshal(b, &dr)
+	if !dr.Decode || dr.Tokens != res.Tokens || math.Abs(dr.Perplexity-res.Perplexity) > 1e-5*res.Perplexity {
+		t.Errorf("-decode: %+v, whole windows %v", dr, res.Perplexity)
+	}
+	stdout, stderr, err = modelCmd(t, cmdPPL, "-model", f.gguf, "-text", f.text, "-ctx", "24", "-stride", "10", "-decode", "-cache", "i4+rot", "-out", dec)
+	if err != nil {
+		t.Fatalf("-cache i4+rot: %v\n%s", err, stderr)
+	}
+	b, _ = os.ReadFile(filepath.Join(dec, "ppl.json"))
+	dr = pplJSON{}
+	json.Unmarshal(b, &dr)
+	if dr.Cache != "i4+rot" || math.Abs(dr.Perplexity-res.Perplexity) > 1e-6*res.Perplexity || !(dr.MeanKL > 0) || dr.PatchedPPL == dr.Perplexity || strings.Contains(stdout, "rel. error") {
+		t.Errorf("-cache i4+rot: %+v, exact %v\n%s", dr, res.Perplexity, stdout)
+	}
 	for _, args := range [][]string{
-		{"-tokenizer", f.gguf, "-text", f.text}, // a tokenizer for the embedded model
+		{"-model", f.gguf, "-text", f.text, "-cache", "i4"},            // a cache without -decode
+		{"-model", f.gguf, "-text", f.text, "-decode", "-cache", "i3"}, // no such storage
+		{"-tokenizer", f.gguf, "-text", f.text},                        // a tokenizer for the embedded model
 		{"-model", f.gguf, "-text", f.text, "-ctx", "1"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "nosuch"},
 		{"-model", f.gguf, "-text", f.text, "-patch", "exact:layers=5"},

@@ -106,9 +106,10 @@ type Config struct {
 	Seed uint64
 	// Mechs are the settings compared; none means exact attention alone.
 	Mechs []Mech
-	// Workers and Cache are the model's (model.Options).
-	Workers int
-	Cache   kvcache.DType
+	// Workers, Cache and CacheRotate are the model's (model.Options).
+	Workers     int
+	Cache       kvcache.DType
+	CacheRotate bool
 }
 
 // Limits on a run, to keep every count inside int long before memory
@@ -373,7 +374,7 @@ func Run(ctx context.Context, cfg Config, progress func(done, total int)) (*Resu
 		Model: cfg.Model, Haystack: cfg.HaystackName, HaystackTokens: len(hay),
 		Needle: t.Needle, Question: t.Question, Answer: t.Answer, Seed: cfg.Seed,
 		Lengths: slices.Clone(cfg.Lengths), Depths: slices.Clone(cfg.Depths), Trials: cfg.Trials,
-		Cache: cfg.Cache.String(), Version: attn.Version,
+		Cache: storageName(cfg.Cache, cfg.CacheRotate), Version: attn.Version,
 	}}
 	for _, m := range mechs {
 		res.Config.Mechs = append(res.Config.Mechs, m.Name)
@@ -444,7 +445,7 @@ func runMech(ctx context.Context, cfg Config, b *Builder, mech Mech, n int, case
 	for i := range rows {
 		rows[i].Patch = strings.Join(specs, ";")
 	}
-	m, err := model.New(cfg.Weights, model.Options{Workers: cfg.Workers, Patches: ps, Seed: cfg.Seed, Cache: cfg.Cache})
+	m, err := model.New(cfg.Weights, model.Options{Workers: cfg.Workers, Patches: ps, Seed: cfg.Seed, Cache: cfg.Cache, CacheRotate: cfg.CacheRotate})
 	if err != nil {
 		return fail(err)
 	}
@@ -578,4 +579,12 @@ func (r *Results) overall(mech string, n int) (acc, secs float64, ok bool) {
 		return 0, 0, false
 	}
 	return float64(correct) / float64(trials), secs / float64(trials), true
+}
+
+// storageName is a cache's storage as kvcache.ParseStorage reads it.
+func storageName(dt kvcache.DType, rotate bool) string {
+	if rotate {
+		return dt.String() + "+rot"
+	}
+	return dt.String()
 }
