@@ -377,10 +377,18 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf, asks int) (Planted, er
 			return Planted{}, ErrCollision
 		}
 	}
-	// Insertion points in [1, m], after the first token, in order.
+	// Insertion points in [1, m], after the first token: half of them
+	// uniform, half at a distance from the end drawn log-uniformly, so
+	// that facts a few words before the questions are as common as facts
+	// far back (a model trained on uniform points alone learnt to look
+	// only far back, where most facts were, and missed near ones).
 	at := make([]int, nf)
 	for i := range at {
-		at[i] = max(1, snap(b.tok, hay, 0, m, 1+rng.IntN(m)))
+		t := 1 + rng.IntN(m)
+		if rng.IntN(2) == 0 {
+			t = m + 1 - int(math.Exp(rng.Float64()*math.Log(float64(m))))
+		}
+		at[i] = max(1, snap(b.tok, hay, 0, m, t))
 	}
 	order := make([]int, nf)
 	for i := range order {

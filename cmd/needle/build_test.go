@@ -557,3 +557,33 @@ func TestPlantAsking(t *testing.T) {
 		t.Errorf("0 questions: %v, want ErrInput", err)
 	}
 }
+
+// TestPlantDistances checks that facts land both near the questions and
+// far from them: with points uniform over a window of m tokens, a fact
+// within m/16 of the end would come once in 16, and a model trained so
+// learnt to look only far back.
+func TestPlantDistances(t *testing.T) {
+	tok := testTokenizer(t)
+	b := newBuilder(t, tok)
+	hay := Haystack(b, hayText(19, 6000), 0)
+	const L, trials = 1024, 200
+	near, far := 0, 0
+	for trial := range trials {
+		win := append([]int{1}, hay[trial*10:trial*10+L]...)
+		p, err := b.Plant(rand.New(rand.NewPCG(7, uint64(trial))), win, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d := p.QuestionAt - p.Facts[0].At; {
+		case d < L/16:
+			near++
+		case d > L/2:
+			far++
+		}
+	}
+	// Half the points log-uniform in distance: P(d < m/16) is about
+	// 1/2·(1 − ln 16/ln m) + 1/32 ≈ 0.33, and P(d > m/2) about 0.30.
+	if near < trials/5 || far < trials/5 {
+		t.Errorf("%d of %d facts within %d tokens of the question, %d further than %d: want a fifth or more of each", near, trials, L/16, far, L/2)
+	}
+}
