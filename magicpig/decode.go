@@ -246,6 +246,9 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	sc.exact = grow(sc.exact, g*ne)
 	off := 0
 	for _, s := range ranges {
+		if s[1] == s[0] {
+			continue // the first step of a sequence has no window apart from the sinks
+		}
 		simd.DotRows(sc.exact[off:], ne, sc.q, dd, g, hd.Keys(s[0]), hd.Stride(), s[1]-s[0], dd)
 		off += s[1] - s[0]
 	}
@@ -260,6 +263,9 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	off = 0
 	for _, s := range ranges {
 		n := s[1] - s[0]
+		if n == 0 {
+			continue
+		}
 		if dd%simd.Panel == 0 {
 			simd.Gemm(g, dd, n, sc.exact[off:], ne, hd.Values(s[0]), hd.Stride(), sc.acc, dd, true)
 		} else {

@@ -423,9 +423,21 @@ func TestDecoderExactSettings(t *testing.T) {
 	for _, st := range steps {
 		total += st.N
 	}
-	for _, mc := range []Config{{Bits: -1, Tables: 3, Threshold: 2, Sinks: 2, Window: 3}, {Window: total}, {Sinks: total, Window: 1, Bits: 4, Tables: 3}} {
+	for i, mc := range []Config{{Bits: -1, Tables: 3, Threshold: 2, Sinks: 2, Window: 3}, {Window: total}, {Sinks: total, Window: 1, Bits: 4, Tables: 3}} {
 		m := newPIG(t, mc)
 		dec := decoderOf(t, m)(cfg)
+		if i == 1 {
+			// The same from an empty cache a token at a time, with a head
+			// size the products take in panels: the first step's window
+			// holds nothing but the sinks.
+			cfg16 := attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 16}
+			dectest.Run(t, decoderOf(t, m)(cfg16), cfg16, rng, dectest.Script(1, 1, 8), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
+				dectest.Compare(t, "magicpig from one token", hs, st, before, out, lse, 2e-5, func(b, h, p int) ([]float64, float64, bool) {
+					o, l := hs.Exact(b, h, p)
+					return o, l, true
+				})
+			})
+		}
 		dectest.Run(t, dec, cfg, rng, steps, func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
 			dectest.Compare(t, "magicpig exact", hs, st, before, out, lse, 2e-5, func(b, h, p int) ([]float64, float64, bool) {
 				o, l := hs.Exact(b, h, p)
