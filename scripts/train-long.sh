@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Trains the long-context retrieval model from scratch, short to long
-# (results/long/README.md says why this order and how far it got: phases
-# i and t give a model that copies and answers some needle cases at 256
-# tokens; the longer phases answer only near their own length so far, so
-# nothing is embedded yet).
-# Each phase checkpoints every 100 steps; rerunning this script resumes a
-# phase from its checkpoint, and skips a phase whose model is already
-# written.
+# Trains the long-context retrieval model embedded as austen-long, short
+# to long (results/long/README.md says why this order and what each phase
+# gave). Each phase checkpoints every 100 steps (q every 50); rerunning
+# this script resumes a phase from its checkpoint and skips a phase whose
+# model is already written. About an hour on a 2-core machine.
+#
+# The embedded file came from these phases run one at a time while the
+# code changed under them: t ran with the old needle template (no '#'),
+# and h and m with facts at uniform points only (before commit 2761144),
+# so a rerun now gives a similar model, not the same bits.
 # Usage: scripts/train-long.sh [WORKDIR]   (default: train-long/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,11 +33,6 @@ phase() { # name, then the phase's flags
 		-checkpoint "$W/$name.ckpt.gguf" -save 100 "${start[@]}" -o "$W/$name.gguf" "$@"
 }
 
-# The mix of the later phases: 30% induction windows (random pieces whose
-# second half copies stretches of the first), 50% windows with up to four
-# planted facts of which two are asked for at the end, the rest text.
-MIX=(-induction 0.3 -retrieval 0.5 -spread 0.5 -facts 4 -asks 2 -answer-weight 5 -val-needle 8 -eval 150)
-
 # i: copying first, on nothing but induction windows at 128 tokens, from
 # new weights with a small tied vocabulary: the loss sits at ln 512 for
 # about 2,000 steps, then falls within a few hundred (the induction
@@ -45,8 +42,16 @@ phase i -vocab 512 -tied -dim 128 -hidden 344 -layers 4 -heads 4 -kv-heads 2 -ro
 # t: the language, keeping the copying, at 256 tokens.
 phase t -init "$W/i.gguf" -ctx 256 -batch 16 -steps 1500 -warmup 20 -lr 2e-3 -min-lr 5e-4 \
 	-induction 0.4 -retrieval 0.3 -facts 2 -asks 1 -answer-weight 5 -val-needle 6 -eval 150
-# a, b, c, d: retrieval at 1k, 2k, 4k and 8k tokens.
-phase a -init "$W/t.gguf" -ctx 1024 -batch 4 -steps 600 -warmup 20 -lr 1.5e-3 -min-lr 3e-4 "${MIX[@]}"
-phase b -init "$W/a.gguf" -ctx 2048 -batch 2 -steps 600 -warmup 20 -lr 1e-3 -min-lr 2e-4 "${MIX[@]}"
-phase c -init "$W/b.gguf" -ctx 4096 -batch 1 -steps 400 -warmup 20 -lr 7e-4 -min-lr 1.5e-4 "${MIX[@]}"
-phase d -init "$W/c.gguf" -ctx 8192 -batch 1 -steps 300 -warmup 10 -lr 5e-4 -min-lr 1e-4 -type f16 "${MIX[@]}"
+# h: the needle template at 512 tokens, one fact a window, questions
+# also inside the window (-spread).
+phase h -init "$W/t.gguf" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1.5e-3 -min-lr 3e-4 \
+	-induction 0.3 -retrieval 0.5 -spread 0.5 -facts 1 -asks 1 -answer-weight 5 -val-needle 12 -eval 100
+# m, n: up to four facts a window, all asked (multi-query recall): four
+# times the retrieval examples a window, and keys must be told apart.
+MIX=(-induction 0.2 -retrieval 0.8 -spread 0.5 -facts 4 -asks 4 -answer-weight 10 -val-needle 12 -eval 100)
+phase m -init "$W/h.gguf" -ctx 512 -batch 8 -steps 1000 -warmup 20 -lr 1.5e-3 -min-lr 3e-4 "${MIX[@]}"
+phase n -init "$W/m.gguf" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1.5e-3 -min-lr 3e-4 "${MIX[@]}"
+# p, q: 2048 and 8192 tokens.
+phase p -init "$W/n.gguf" -ctx 2048 -batch 2 -steps 800 -warmup 20 -lr 1e-3 -min-lr 2e-4 "${MIX[@]}"
+phase q -init "$W/p.gguf" -ctx 8192 -batch 1 -steps 600 -warmup 10 -lr 7e-4 -min-lr 1.5e-4 -type f16 -save 50 \
+	"${MIX[@]:0:12}" -val-needle 8 -eval 100

@@ -46,7 +46,7 @@ func (f *modelFlags) storage() (kvcache.DType, bool, error) {
 }
 
 func (f *modelFlags) register(fs *flagSet, patch bool) {
-	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint (default: the embedded Austen model)")
+	fs.StringVar(&f.model, "model", "", "model `FILE`: GGUF (llama architecture) or a llama2.c checkpoint, or an embedded model: austen (the default) or austen-long (context 8192, trained to retrieve)")
 	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer `FILE`: a GGUF (its tokenizer metadata) or llama2.c tokenizer.bin (default: the GGUF's own, or tokenizer.bin beside -model)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the patched mechanisms (layer l gets seed+l)")
 	fs.workersVar(&f.workers)
@@ -61,11 +61,14 @@ func (f *modelFlags) load() (exact, patched *model.Model, tok *tokenizer.Tokeniz
 	var w *model.Weights
 	if f.model == "" {
 		// The default: the model attn trained on Austen, embedded.
+		f.model = "austen"
+	}
+	if embedded, name, ok := austen.Embedded(f.model); ok {
 		if f.tokenizer != "" {
-			return nil, nil, nil, fmt.Errorf("-tokenizer needs -model")
+			return nil, nil, nil, fmt.Errorf("-tokenizer needs a model file, not the embedded %s", f.model)
 		}
-		f.model = austen.Name
-		w, tok, err = austen.Load()
+		f.model = name
+		w, tok, err = embedded()
 	} else {
 		w, tok, err = model.Open(f.model, f.tokenizer)
 	}
@@ -197,7 +200,11 @@ patched layer's attention error. Without -model, the embedded model.`,
 	m := exact
 	if patched != nil {
 		m, opts.Reference = patched, exact
-		res.Fallbacks = experiment.LayerFallbacks(patched, patched.Config().Layers, text.Longest, text.Shortest)
+		var lm experiment.LayerModel = patched
+		if *decode {
+			lm = decodeFallbacks{patched}
+		}
+		res.Fallbacks = experiment.LayerFallbacks(lm, patched.Config().Layers, text.Longest, text.Shortest)
 		printLines(stderr, res.Fallbacks)
 	}
 	prog := newProgress(stderr, text.Windows, 0)
@@ -265,3 +272,10 @@ patched layer's attention error. Without -model, the embedded model.`,
 
 // patchSummary joins -patch values for messages.
 func patchSummary(ps []string) string { return strings.Join(ps, "; ") }
+
+// decodeFallbacks reads a model's fallbacks as its decoders report them
+// (model.DecodeFallback), for ppl -decode: quest and magicpig run exact
+// attention on whole windows and approximate only in decoding.
+type decodeFallbacks struct{ *model.Model }
+
+func (d decodeFallbacks) Fallback(l, n int) string { return d.DecodeFallback(l, n) }

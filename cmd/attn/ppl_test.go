@@ -170,6 +170,21 @@ func TestPPLCommand(t *testing.T) {
 	if dr.Cache != "i4+rot" || math.Abs(dr.Perplexity-res.Perplexity) > 1e-6*res.Perplexity || !(dr.MeanKL > 0) || dr.PatchedPPL == dr.Perplexity || strings.Contains(stdout, "rel. error") {
 		t.Errorf("-cache i4+rot: %+v, exact %v\n%s", dr, res.Perplexity, stdout)
 	}
+	// Quest approximates only in decoding: whole windows say it ran
+	// exact attention, -decode with a budget below the cache does not.
+	for _, c := range []struct {
+		decode   bool
+		fallback bool
+	}{{false, true}, {true, false}} {
+		args := []string{"-model", f.gguf, "-text", f.text, "-ctx", "32", "-patch", "quest:page=4,budget=4,sinks=1,recent=4"}
+		if c.decode {
+			args = append(args, "-decode")
+		}
+		_, stderr, err := modelCmd(t, cmdPPL, args...)
+		if err != nil || strings.Contains(stderr, "ran exact attention") != c.fallback {
+			t.Errorf("quest, -decode %v: fallback noted %v, want %v (%v)\n%s", c.decode, !c.fallback, c.fallback, err, stderr)
+		}
+	}
 	for _, args := range [][]string{
 		{"-model", f.gguf, "-text", f.text, "-cache", "i4"},            // a cache without -decode
 		{"-model", f.gguf, "-text", f.text, "-decode", "-cache", "i3"}, // no such storage

@@ -55,7 +55,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	saveEvery := fs.Int("save", 200, "steps between checkpoints")
 	evalEvery := fs.Int("eval", 100, "steps between validation losses")
 	workers := fs.workers()
-	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF; \"austen\": the embedded model) instead of new ones; -ctx sets its context, the size flags are ignored")
+	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF, or an embedded model: austen, austen-long) instead of new ones; -ctx sets its context, the size flags are ignored")
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
@@ -180,8 +180,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if *initFrom != "" {
 		var w *model.Weights
 		var err error
-		if *initFrom == "austen" {
-			w, tok, err = austen.Load()
+		if embedded, _, ok := austen.Embedded(*initFrom); ok {
+			w, tok, err = embedded()
 		} else {
 			w, tok, err = model.Open(*initFrom, "")
 		}

@@ -1,13 +1,20 @@
-// Package austen embeds attn's default model: a small llama-style
-// decoder (grouped-query attention, RoPE, SwiGLU, RMSNorm) and its
-// SentencePiece-style vocabulary, trained from scratch by `attn train` on
-// five of Jane Austen's novels, with Persuasion held out for validation.
-// It is what `attn ppl` and `attn generate` run when no -model is given.
+// Package austen embeds attn's two models, small llama-style decoders
+// (grouped-query attention, RoPE, SwiGLU, RMSNorm) with their
+// SentencePiece-style vocabularies, trained from scratch by `attn train`
+// on five of Jane Austen's novels, with Persuasion held out for
+// validation:
 //
-// The file is the GGUF that `attn train` wrote (matrices F16), so any
-// GGUF reader of the llama architecture runs it too; TrainCommand is the
-// command line that trained it. Its validation figures are in the
-// repository's README.
+//   - austen, the default, what `attn ppl` and `attn generate` run when no
+//     -model is given: context 2048, 4096 pieces;
+//   - austen-long, the long-context retrieval model: context 8192, 512
+//     pieces, trained with planted facts asked for at the end of the
+//     window (the needle test's templates) and with copying windows, so
+//     that its answers depend on text thousands of tokens back.
+//
+// The files are the GGUFs that `attn train` wrote (matrices F16), so any
+// GGUF reader of the llama architecture runs them too; TrainCommand and
+// LongTrainCommand say how each was trained. Their validation figures are
+// in the repository's README and results/long.
 package austen
 
 import (
@@ -37,8 +44,36 @@ func Load() (*model.Weights, *tokenizer.Tokenizer, error) {
 	return model.ReadGGUF(bytes.NewReader(file), int64(len(file)))
 }
 
-// Size is the embedded file's size in bytes.
-func Size() int { return len(file) }
+// Size is the embedded files' size in bytes, both models together.
+func Size() int { return len(file) + len(longFile) }
+
+//go:embed long.gguf
+var longFile []byte
+
+// LongName is the long-context model's name in messages.
+const LongName = "austen-long (embedded)"
+
+// LongTrainCommand is the script, run from the repository root with the
+// shared data beside it, whose last phase produced the long-context file.
+const LongTrainCommand = "scripts/train-long.sh"
+
+// LoadLong returns the long-context model's weights and tokenizer,
+// freshly decoded.
+func LoadLong() (*model.Weights, *tokenizer.Tokenizer, error) {
+	return model.ReadGGUF(bytes.NewReader(longFile), int64(len(longFile)))
+}
+
+// Embedded returns the embedded model called name ("austen" or
+// "austen-long"), its name in messages, and whether name is one of them.
+func Embedded(name string) (load func() (*model.Weights, *tokenizer.Tokenizer, error), display string, ok bool) {
+	switch name {
+	case "austen":
+		return Load, Name, true
+	case "austen-long":
+		return LoadLong, LongName, true
+	}
+	return nil, "", false
+}
 
 //go:embed persuasion.txt.gz
 var heldOut []byte

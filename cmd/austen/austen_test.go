@@ -50,6 +50,40 @@ func TestEmbeddedModel(t *testing.T) {
 	}
 }
 
+// recordedLongPPL is the long-context model's perplexity on excerpt, as
+// recordedPPL is the default's.
+const recordedLongPPL = 21.294401
+
+func TestEmbeddedLong(t *testing.T) {
+	for _, name := range []string{"austen", "austen-long", "austen.gguf"} {
+		_, _, ok := austen.Embedded(name)
+		if ok != (name != "austen.gguf") {
+			t.Errorf("Embedded(%q) ok = %v", name, ok)
+		}
+	}
+	load, display, _ := austen.Embedded("austen-long")
+	w, tok, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := w.Config.WithDefaults()
+	if c.SeqLen < 8192 || c.KVHeads >= c.Heads || tok == nil || tok.Len() != c.Vocab || display != austen.LongName {
+		t.Fatalf("config %+v, tokenizer of %d pieces, name %q: want context >= 8192, GQA and the tokenizer", c, tok.Len(), display)
+	}
+	m, err := model.New(w, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(excerpt, true)
+	r, err := model.Perplexity(context.Background(), m, ids, model.PerplexityOptions{Context: c.SeqLen, Stride: c.SeqLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.PPL(); math.Abs(got-recordedLongPPL) > 1e-4*recordedLongPPL {
+		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recordedLongPPL)
+	}
+}
+
 func TestHeldOut(t *testing.T) {
 	text, err := austen.HeldOut()
 	if err != nil {

@@ -581,3 +581,37 @@ func TestEmbedded(t *testing.T) {
 		t.Errorf("Ask answered %v %q, Generate %v, Run %q", a.Tokens, a.Text, gen, got.Got)
 	}
 }
+
+// The long-context model was trained to answer exactly this test, so it
+// must: a few cases at a quarter of its context, where a model that does
+// not copy from the needle gets none (a value is six random digits).
+func TestEmbeddedLongRetrieves(t *testing.T) {
+	load, name, _ := austen.Embedded("austen-long")
+	w, tok, err := load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := austen.HeldOut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Weights: w, Tokenizer: tok, Model: name, Haystack: text, HaystackName: austen.HeldOutName,
+		Lengths: []int{2048}, Depths: []float64{0.1, 0.5, 0.9}, Trials: 2, Seed: 1}
+	r, err := Run(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	correct := 0
+	for _, c := range r.Cases {
+		t.Logf("depth %.1f key %q value %q: answered %q", c.Depth, c.Key, c.Value, c.Got)
+		if c.Correct {
+			correct++
+		}
+	}
+	if correct < minLongCorrect {
+		t.Errorf("%d of %d answers right, want at least %d", correct, len(r.Cases), minLongCorrect)
+	}
+}
+
+// minLongCorrect is what TestEmbeddedLongRetrieves asks of the 6 cases.
+const minLongCorrect = 5
