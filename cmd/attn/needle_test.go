@@ -51,7 +51,28 @@ func TestNeedleCommand(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mech", "nosuch"}} {
+	if res.Config.Cache != "f32" {
+		t.Errorf("config cache %q, want f32", res.Config.Cache)
+	}
+	// -cache reaches the models and the record.
+	out2 := filepath.Join(f.dir, "needle-i4")
+	if _, stderr, err := modelCmd(t, cmdNeedle, "-model", f.gguf, "-text", hay, "-n", "200", "-depths", "1",
+		"-trials", "1", "-cache", "i4+rot", "-out", out2); err != nil {
+		t.Fatalf("-cache i4+rot: %v\n%s", err, stderr)
+	}
+	b2, err := os.Open(filepath.Join(out2, "needle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	res2, err := needle.ReadJSON(b2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Config.Cache != "i4+rot" {
+		t.Errorf("-cache i4+rot: config cache %q", res2.Config.Cache)
+	}
+	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mech", "nosuch"}, {"-cache", "i3"}} {
 		if _, _, err := modelCmd(t, cmdNeedle, append([]string{"-model", f.gguf, "-text", hay}, bad...)...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
