@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,31 @@ func TestNeedleCommand(t *testing.T) {
 	}
 	if res2.Config.Cache != "i4+rot" {
 		t.Errorf("-cache i4+rot: config cache %q", res2.Config.Cache)
+	}
+	// Quest with a budget that covers the prompt decodes exactly: its rows
+	// and the table say so; with a small budget they do not.
+	for _, c := range []struct {
+		set      string
+		fallback bool
+	}{{"quest:page=16", true}, {"quest:page=4,budget=8,recent=4", false}} {
+		dir := filepath.Join(f.dir, fmt.Sprint("quest", c.fallback))
+		stdout, stderr, err := modelCmd(t, cmdNeedle, "-model", f.gguf, "-text", hay, "-n", "200", "-depths", "1",
+			"-trials", "1", "-mech", "quest", "-set", c.set, "-out", dir)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.set, err, stderr)
+		}
+		fb, err := os.Open(filepath.Join(dir, "needle.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := needle.ReadJSON(fb)
+		fb.Close()
+		if err != nil || len(r.Rows) != 1 {
+			t.Fatalf("%s: %v, %d rows", c.set, err, len(r.Rows))
+		}
+		if got := r.Rows[0].Fallback != ""; got != c.fallback || strings.Contains(stdout, "ran exact attention") != c.fallback {
+			t.Errorf("%s: row fallback %q, want one: %v\n%s", c.set, r.Rows[0].Fallback, c.fallback, stdout)
+		}
 	}
 	for _, bad := range [][]string{{"-depths", "2"}, {"-n", "x"}, {"-mech", "nosuch"}, {"-cache", "i3"}} {
 		if _, _, err := modelCmd(t, cmdNeedle, append([]string{"-model", f.gguf, "-text", hay}, bad...)...); err == nil {

@@ -175,6 +175,11 @@ type Row struct {
 	// Error says why the mechanism could not run (no causal decoder, a
 	// bad parameter): the row has no trials.
 	Error string `json:"error,omitempty"`
+	// Fallback, when not empty, names the layers whose decoders ran
+	// exact attention over the prompt's n positions instead of the
+	// mechanism (quest with a budget that covers the cache, say), and
+	// why: the row measures exact attention there.
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // CaseResult is one answer.
@@ -453,6 +458,18 @@ func runMech(ctx context.Context, cfg Config, b *Builder, mech Mech, n int, case
 	if err != nil {
 		return fail(err)
 	}
+	var fb, whys []string
+	for l := range m.Config().Layers {
+		if why := m.DecodeFallback(l, n); why != "" {
+			fb, whys = append(fb, fmt.Sprintf("layer %d: %s", l, why)), append(whys, why)
+		}
+	}
+	if len(whys) == m.Config().Layers && len(slices.Compact(slices.Clone(whys))) == 1 {
+		fb = []string{"every layer: " + whys[0]}
+	}
+	for i := range rows {
+		rows[i].Fallback = strings.Join(fb, "; ")
+	}
 	var out []CaseResult
 	for i, cs := range cases {
 		var secs float64
@@ -503,6 +520,8 @@ func WriteTable(w io.Writer, r *Results) error {
 					fmt.Fprintf(&b, " %8s", "")
 				case row.Error != "":
 					fmt.Fprintf(&b, " %8s", "error")
+				case row.Fallback != "":
+					fmt.Fprintf(&b, " %7.2f*", row.Accuracy)
 				default:
 					fmt.Fprintf(&b, " %8.2f", row.Accuracy)
 				}
@@ -531,6 +550,9 @@ func WriteTable(w io.Writer, r *Results) error {
 			for _, d := range depths {
 				if row, ok := r.row(mech, n, d); ok && row.Error != "" {
 					fmt.Fprintf(&b, "  length %d: %s\n", n, row.Error)
+					break
+				} else if ok && row.Fallback != "" {
+					fmt.Fprintf(&b, "  * length %d ran exact attention: %s\n", n, row.Fallback)
 					break
 				}
 			}
