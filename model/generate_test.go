@@ -3,13 +3,13 @@ package model
 import (
 	"context"
 	"errors"
-	"github.com/attnkit/attn/kvcache"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/kvcache"
 )
 
 func TestSampler(t *testing.T) {

@@ -191,18 +191,7 @@ func Perplexity(ctx context.Context, m *Model, tokens []int, o PerplexityOptions
 				continue
 			}
 			for i := range c {
-				target := tokens[f+i0+i]
-				logSoftmax(lq, logits[i*v:][:v])
-				r.NLL -= lq[target]
-				if ref != nil {
-					logSoftmax(lp, refLogits[i*v:][:v])
-					r.RefNLL -= lp[target]
-					var kl float64
-					for j, a := range lp {
-						kl += math.Exp(a) * (a - lq[j])
-					}
-					r.KL += max(kl, 0)
-				}
+				scoreAgainst(&r, lq, lp, logits[i*v:][:v], refLogits[i*v:][:v], tokens[f+i0+i])
 			}
 		}
 		r.Tokens += e - f
@@ -267,15 +256,7 @@ func decodedPerplexity(ctx context.Context, m *Model, tokens []int, o Perplexity
 					r.NLL += nllOf(logits, tokens[t])
 					continue
 				}
-				logSoftmax(lq, logits)
-				logSoftmax(lp, refLogits[i*v:][:v])
-				r.NLL -= lq[tokens[t]]
-				r.RefNLL -= lp[tokens[t]]
-				var kl float64
-				for j, a := range lp {
-					kl += math.Exp(a) * (a - lq[j])
-				}
-				r.KL += max(kl, 0)
+				scoreAgainst(&r, lq, lp, logits, refLogits[i*v:][:v], tokens[t])
 			}
 		}
 		r.Tokens += e - f
@@ -285,6 +266,21 @@ func decodedPerplexity(ctx context.Context, m *Model, tokens []int, o Perplexity
 		}
 	}
 	return r, nil
+}
+
+// scoreAgainst adds to r one position's scores against the reference:
+// the model's and the reference's NLL of target, from their logits (the
+// log-softmaxes go to lq and lp), and KL(reference ‖ model).
+func scoreAgainst(r *PerplexityResult, lq, lp []float64, logits, refLogits []float32, target int) {
+	logSoftmax(lq, logits)
+	logSoftmax(lp, refLogits)
+	r.NLL -= lq[target]
+	r.RefNLL -= lp[target]
+	var kl float64
+	for j, a := range lp {
+		kl += math.Exp(a) * (a - lq[j])
+	}
+	r.KL += max(kl, 0)
 }
 
 // perplexityChunkFloats bounds the logits Perplexity holds at once, per

@@ -30,15 +30,7 @@ func TestNeedleCommand(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	b, err := os.Open(filepath.Join(out, "needle.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	res, err := needle.ReadJSON(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := readNeedleJSON(t, out)
 	if len(res.Rows) != 2*2*2 {
 		t.Errorf("%d rows, want 8 (2 mechanisms × 2 lengths × 2 depths)", len(res.Rows))
 	}
@@ -61,16 +53,7 @@ func TestNeedleCommand(t *testing.T) {
 		"-trials", "1", "-cache", "i4+rot", "-out", out2); err != nil {
 		t.Fatalf("-cache i4+rot: %v\n%s", err, stderr)
 	}
-	b2, err := os.Open(filepath.Join(out2, "needle.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b2.Close()
-	res2, err := needle.ReadJSON(b2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res2.Config.Cache != "i4+rot" {
+	if res2 := readNeedleJSON(t, out2); res2.Config.Cache != "i4+rot" {
 		t.Errorf("-cache i4+rot: config cache %q", res2.Config.Cache)
 	}
 	// Quest with a budget that covers the prompt decodes exactly: its rows
@@ -85,14 +68,9 @@ func TestNeedleCommand(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", c.set, err, stderr)
 		}
-		fb, err := os.Open(filepath.Join(dir, "needle.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := needle.ReadJSON(fb)
-		fb.Close()
-		if err != nil || len(r.Rows) != 1 {
-			t.Fatalf("%s: %v, %d rows", c.set, err, len(r.Rows))
+		r := readNeedleJSON(t, dir)
+		if len(r.Rows) != 1 {
+			t.Fatalf("%s: %d rows", c.set, len(r.Rows))
 		}
 		if got := r.Rows[0].Fallback != ""; got != c.fallback || strings.Contains(stdout, "ran exact attention") != c.fallback {
 			t.Errorf("%s: row fallback %q, want one: %v\n%s", c.set, r.Rows[0].Fallback, c.fallback, stdout)
@@ -103,4 +81,19 @@ func TestNeedleCommand(t *testing.T) {
 			t.Errorf("%v: no error", bad)
 		}
 	}
+}
+
+// readNeedleJSON reads dir/needle.json.
+func readNeedleJSON(t *testing.T, dir string) *needle.Results {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "needle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := needle.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

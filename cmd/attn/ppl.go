@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/attnkit/attn/kvcache"
 	"io"
 	"math"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/attnkit/attn/cmd/austen"
 	"github.com/attnkit/attn/cmd/experiment"
+	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/model"
 	"github.com/attnkit/attn/model/tokenizer"
 )

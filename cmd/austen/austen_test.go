@@ -8,6 +8,7 @@ import (
 
 	"github.com/attnkit/attn/cmd/austen"
 	"github.com/attnkit/attn/model"
+	"github.com/attnkit/attn/model/tokenizer"
 )
 
 // excerpt is the opening of Persuasion, which the model never saw in
@@ -36,17 +37,24 @@ func TestEmbeddedModel(t *testing.T) {
 	if c.SeqLen < 2048 || c.KVHeads >= c.Heads || tok == nil || tok.Len() != c.Vocab {
 		t.Fatalf("config %+v, tokenizer of %d pieces: want context >= 2048, GQA and the tokenizer", c, tok.Len())
 	}
+	checkExcerpt(t, w, tok, recordedPPL)
+}
+
+// checkExcerpt checks a model's perplexity on excerpt, in windows of its
+// context, against the recorded figure.
+func checkExcerpt(t *testing.T, w *model.Weights, tok *tokenizer.Tokenizer, recorded float64) {
+	t.Helper()
 	m, err := model.New(w, model.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := tok.Encode(excerpt, true)
-	r, err := model.Perplexity(context.Background(), m, ids, model.PerplexityOptions{Context: c.SeqLen, Stride: c.SeqLen})
+	c := w.Config.WithDefaults()
+	r, err := model.Perplexity(context.Background(), m, tok.Encode(excerpt, true), model.PerplexityOptions{Context: c.SeqLen, Stride: c.SeqLen})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.PPL(); math.Abs(got-recordedPPL) > 1e-4*recordedPPL {
-		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recordedPPL)
+	if got := r.PPL(); math.Abs(got-recorded) > 1e-4*recorded {
+		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recorded)
 	}
 }
 
@@ -70,18 +78,7 @@ func TestEmbeddedLong(t *testing.T) {
 	if c.SeqLen < 8192 || c.KVHeads >= c.Heads || tok == nil || tok.Len() != c.Vocab || display != austen.LongName {
 		t.Fatalf("config %+v, tokenizer of %d pieces, name %q: want context >= 8192, GQA and the tokenizer", c, tok.Len(), display)
 	}
-	m, err := model.New(w, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := tok.Encode(excerpt, true)
-	r, err := model.Perplexity(context.Background(), m, ids, model.PerplexityOptions{Context: c.SeqLen, Stride: c.SeqLen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := r.PPL(); math.Abs(got-recordedLongPPL) > 1e-4*recordedLongPPL {
-		t.Errorf("perplexity on the excerpt %.6f, recorded %.6f", got, recordedLongPPL)
-	}
+	checkExcerpt(t, w, tok, recordedLongPPL)
 }
 
 func TestHeldOut(t *testing.T) {

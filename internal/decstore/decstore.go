@@ -16,13 +16,13 @@ package decstore
 import (
 	"context"
 	"fmt"
-	"github.com/attnkit/attn/internal/hugepage"
 	"math"
 	"runtime"
 	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/hugepage"
 	"github.com/attnkit/attn/internal/parallel"
 )
 
