@@ -60,6 +60,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
 	induction := fs.Float64("induction", 0, "share `P` of training windows of random pieces whose second half copies stretches of the first, weighted as answers (the densest signal for in-context copying)")
+	repeats := fs.Float64("repeats", 0, "with -retrieval, share `P` of planted values whose six digits come from three, so that most repeat (values like 662645, which a model that copies a value by the digit before each digit gets wrong)")
 	copyShare := fs.Float64("copy", 0, "share `P` of training windows that end with a copy of a stretch of themselves, weighted as answers (it teaches in-context copying)")
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	spread := fs.Float64("spread", 0, "with -retrieval, share `P` of planted windows whose questions end a prefix of random length (1/8 to all of the window) with text after, so that answering does not hang on the window's end")
@@ -138,6 +139,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if *spread > 0 {
 			tc.Tasks += fmt.Sprintf(",spread=%g", *spread)
+		}
+		if *repeats > 0 {
+			tc.Tasks += fmt.Sprintf(",repeats=%g", *repeats)
 		}
 		if *copyShare > 0 {
 			tc.Tasks += fmt.Sprintf(",copy=%g", *copyShare)
@@ -505,6 +509,7 @@ type taskMix struct {
 	facts  int
 	asks   int     // questions at the end of a planted window
 	spread float64 // share of planted windows whose questions end a prefix of random length, text after
+	repeat float64 // share of planted values drawn with repeating digits
 	copy   float64 // share of windows ending with a copy of a stretch of themselves
 	induct float64 // share of windows of random pieces whose second half copies stretches of the first
 	weight float32 // of the answer's tokens in the loss
@@ -530,6 +535,8 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			m.asks, err = strconv.Atoi(v)
 		case "spread":
 			m.spread, err = strconv.ParseFloat(v, 64)
+		case "repeats":
+			m.repeat, err = strconv.ParseFloat(v, 64)
 		case "copy":
 			m.copy, err = strconv.ParseFloat(v, 64)
 		case "induction":
@@ -545,8 +552,8 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
 	}
-	if !(m.spread >= 0 && m.spread <= 1) {
-		return nil, fmt.Errorf("training tasks %q: want spread in [0, 1]", tc.Tasks)
+	if !(m.spread >= 0 && m.spread <= 1) || !(m.repeat >= 0 && m.repeat <= 1) {
+		return nil, fmt.Errorf("training tasks %q: want spread and repeats in [0, 1]", tc.Tasks)
 	}
 	if !(m.copy >= 0 && m.induct >= 0 && m.share+m.copy+m.induct <= 1) {
 		return nil, fmt.Errorf("training tasks %q: want copy, induction >= 0 and retrieval + copy + induction <= 1", tc.Tasks)
@@ -559,6 +566,15 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 		return nil, err
 	}
 	m.b = b
+	if m.repeat > 0 {
+		// Six digits from three: at least three of them repeat.
+		m.b = b.WithValues(func(rng *rand.Rand) string {
+			if rng.Float64() < m.repeat {
+				return needle.DrawRepeatingValue(rng, 3)
+			}
+			return needle.DrawValue(rng)
+		})
+	}
 	for id, k := range tok.Kinds() {
 		if k == tokenizer.Normal || k == tokenizer.Undefined || k == tokenizer.Byte {
 			m.pool = append(m.pool, id)

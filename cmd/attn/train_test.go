@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -260,6 +261,47 @@ func TestTaskMix(t *testing.T) {
 	}
 	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.8,copy=0.3"}); err == nil {
 		t.Error("retrieval + copy > 1 accepted")
+	}
+}
+
+// With repeats=1 every planted value has at most three distinct digits;
+// without, most have more.
+func TestTaskMixRepeats(t *testing.T) {
+	const L, windows = 400, 16
+	tok, batch := taskMixBatch(t, windows, L)
+	value := regexp.MustCompile(`is #([0-9]{6})\.`)
+	few := func(tasks string) (int, int) {
+		m, err := newTaskMix(tok, model.TrainConfig{Tasks: tasks, Seed: 9, Batch: windows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := m.apply(batch, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, k := 0, 0
+		for _, w := range out {
+			for _, v := range value.FindAllStringSubmatch(tok.Decode(w), -1) {
+				n++
+				distinct := map[rune]bool{}
+				for _, c := range v[1] {
+					distinct[c] = true
+				}
+				if len(distinct) <= 3 {
+					k++
+				}
+			}
+		}
+		return k, n
+	}
+	if k, n := few("retrieval=1,facts=4,repeats=1"); n < windows || k != n {
+		t.Errorf("repeats=1: %d of %d values with at most three digits, want all (and >= %d)", k, n, windows)
+	}
+	if k, n := few("retrieval=1,facts=4"); n < windows || k > n/2 {
+		t.Errorf("no repeats: %d of %d values with at most three digits, want few", k, n)
+	}
+	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,repeats=2"}); err == nil {
+		t.Error("repeats=2 accepted")
 	}
 }
 

@@ -51,6 +51,8 @@ type Builder struct {
 	tmpl   Templates
 	bos    []int
 	prefix bool // the tokenizer puts a space in front of a text
+	// value draws Plant's values (DrawValue unless WithValues).
+	value func(*rand.Rand) string
 }
 
 // NewBuilder returns a builder of prompts from templates t (empty ones
@@ -63,10 +65,19 @@ func NewBuilder(tok Tokenizer, t Templates) (*Builder, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Builder{tok: tok, tmpl: t, bos: tok.Encode("", true)}
+	b := &Builder{tok: tok, tmpl: t, bos: tok.Encode("", true), value: DrawValue}
 	ab := append(tok.Encode("a", false), tok.Encode("b", false)...)
 	b.prefix = tok.Decode(ab) == "a b"
 	return b, nil
+}
+
+// WithValues returns a builder like b whose Plant and PlantAsking draw
+// their values with draw instead of DrawValue (training chooses which
+// values to teach on; the test's Draw keeps DrawValue).
+func (b *Builder) WithValues(draw func(*rand.Rand) string) *Builder {
+	c := *b
+	c.value = draw
+	return &c
 }
 
 // Templates returns the builder's templates, defaults filled in.
@@ -340,9 +351,15 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf, asks int) (Planted, er
 	used := 0
 	for i := range p.Facts {
 		f := &p.Facts[i]
-		for distinct := false; !distinct; {
-			f.Key, f.Value = DrawKey(rng), DrawValue(rng)
-			distinct = !slices.ContainsFunc(p.Facts[:i], func(g Fact) bool { return g.Key == f.Key || g.Value == f.Value })
+		for tries := 0; ; tries++ {
+			if tries == maxDraws {
+				// Only a WithValues draw of few values gets here.
+				return Planted{}, fmt.Errorf("%w: %d draws gave no key and value distinct from the other facts'", attn.ErrInput, maxDraws)
+			}
+			f.Key, f.Value = DrawKey(rng), b.value(rng)
+			if !slices.ContainsFunc(p.Facts[:i], func(g Fact) bool { return g.Key == f.Key || g.Value == f.Value }) {
+				break
+			}
 		}
 		needles[i] = b.Encode(Fill(b.tmpl.Needle, f.Key, f.Value))
 		used += len(needles[i])

@@ -504,6 +504,74 @@ func TestPlant(t *testing.T) {
 	}
 }
 
+// DrawRepeatingValue's digits come from k of ten, first never 0; with
+// k = 3 most values repeat a digit next to itself or two apart, as the
+// values a model copied out of order did.
+func TestDrawRepeatingValue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for _, k := range []int{1, 2, 3, 10} {
+		for range 500 {
+			v := DrawRepeatingValue(rng, k)
+			if len(v) != 6 || strings.Trim(v, "0123456789") != "" || v[0] == '0' {
+				t.Fatalf("k = %d: value %q, want 6 digits, the first not 0", k, v)
+			}
+			distinct := map[rune]bool{}
+			for _, c := range v {
+				distinct[c] = true
+			}
+			if len(distinct) > k {
+				t.Fatalf("k = %d: value %q has %d distinct digits", k, v, len(distinct))
+			}
+		}
+	}
+	near := 0
+	for range 1000 {
+		v := DrawRepeatingValue(rng, 3)
+		for i := 1; i < len(v); i++ {
+			if v[i] == v[i-1] || (i > 1 && v[i] == v[i-2]) {
+				near++
+				break
+			}
+		}
+	}
+	// 1 - (2/3)·(1/3)^4·... : all but a few percent.
+	if near < 900 {
+		t.Errorf("%d of 1000 values repeat a digit within two places, want most", near)
+	}
+}
+
+// WithValues changes the values Plant draws and nothing else of the
+// builder; a draw with too few values for the facts is an error, not a
+// loop without end.
+func TestWithValues(t *testing.T) {
+	tok := testTokenizer(t)
+	b := newBuilder(t, tok)
+	hay := Haystack(b, hayText(19, 3000), 0)
+	win := append([]int{1}, hay[:400]...)
+	fixed := b.WithValues(func(rng *rand.Rand) string { return "424242" })
+	p, err := fixed.Plant(rand.New(rand.NewPCG(1, 2)), win, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Facts) != 1 || p.Facts[0].Value != "424242" || len(p.Tokens) != len(win) {
+		t.Fatalf("facts %+v, %d tokens: want the one fact to have the drawn value", p.Facts, len(p.Tokens))
+	}
+	if q, err := b.Plant(rand.New(rand.NewPCG(1, 2)), win, 1); err != nil || q.Facts[0].Value == "424242" {
+		t.Fatalf("the original builder drew %+v (%v)", q.Facts, err)
+	}
+	for seed := range uint64(20) {
+		_, err := fixed.PlantAsking(rand.New(rand.NewPCG(seed, 3)), win, 4, 2)
+		if err == nil {
+			continue // one fact drawn
+		}
+		if !errors.Is(err, attn.ErrInput) {
+			t.Fatalf("four facts of one value: %v, want ErrInput", err)
+		}
+		return
+	}
+	t.Fatal("20 seeds drew one fact each of up to four")
+}
+
 func TestPlantAsking(t *testing.T) {
 	tok := testTokenizer(t)
 	b := newBuilder(t, tok)

@@ -118,6 +118,29 @@ func DrawValue(rng *rand.Rand) string {
 	return strconv.Itoa(minValue + rng.IntN(maxValue-minValue+1))
 }
 
+// DrawRepeatingValue returns a random 6-digit number whose digits are
+// drawn from k distinct digits (k in 1…10; the first digit is never 0),
+// so that with a small k most digits repeat: 662645 or 593965 are the
+// values a model gets wrong when it copies a value by the digit before
+// each one rather than by its place in the value, and DrawValue's
+// uniform digits give too few of them to train that away.
+func DrawRepeatingValue(rng *rand.Rand, k int) string {
+	k = min(max(k, 1), 10)
+	digits := rng.Perm(10)[:k]
+	if k == 1 && digits[0] == 0 {
+		digits[0] = 1 + rng.IntN(9)
+	}
+	var b [6]byte
+	for i := range b {
+		d := digits[rng.IntN(k)]
+		for i == 0 && d == 0 {
+			d = digits[rng.IntN(k)]
+		}
+		b[i] = byte('0' + d)
+	}
+	return string(b[:])
+}
+
 // find returns the byte offset of the first whole-word match of s in text
 // at or after from, ignoring case (not inside a longer word or number:
 // "hat box" is not in "what boxes"), or -1.
