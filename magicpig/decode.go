@@ -51,8 +51,8 @@ type tables struct {
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
-// of cfg. A cfg.Storage other than "" or "f32" and a cfg.Window are
-// errors wrapping attn.ErrUnsupported.
+// of cfg. A cfg.Storage other than "", "f32", "bf16" or "f16" and a
+// cfg.Window are errors wrapping attn.ErrUnsupported.
 func (m *MagicPIG) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	st, err := decstore.NewStore("magicpig", cfg, math.MaxInt32)
 	if err != nil {
@@ -80,23 +80,24 @@ func (m *MagicPIG) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 
 // scratch is one worker's.
 type scratch struct {
-	proj  []float32 // projections [rows][cols]
-	bk    []uint16  // buckets of keys being indexed, [rows][L]
-	count []int32   // keys per list in a block being indexed
-	codes []uint32  // [g][L] buckets of the group's queries
-	q     []float32 // the group's scaled queries [g][D]
-	qn    []float32 // their norms
-	exact []float32 // [g][sinks and window] logits, then weights
-	emax  []float32 // [g] their largest logit
-	esum  []float32 // [g] their exponentials' sum
-	line  []float32 // one head's sampled logits, less log P(sampled)
-	sacc  []float32 // [D] their product with the values
-	pos   []int32   // the samples' positions
-	rows  []float32 // a batch of samples' rows, key and value
-	w     []float32 // their weights
-	lists [][]int32 // the lists of the query's buckets
-	touch int32     // what reading their first entries gave
-	sink  float32   // what touchRows read
+	proj  []float32     // projections [rows][cols]
+	bk    []uint16      // buckets of keys being indexed, [rows][L]
+	count []int32       // keys per list in a block being indexed
+	codes []uint32      // [g][L] buckets of the group's queries
+	q     []float32     // the group's scaled queries [g][D]
+	qn    []float32     // their norms
+	exact []float32     // [g][sinks and window] logits, then weights
+	emax  []float32     // [g] their largest logit
+	esum  []float32     // [g] their exponentials' sum
+	line  []float32     // one head's sampled logits, less log P(sampled)
+	sacc  []float32     // [D] their product with the values
+	pos   []int32       // the samples' positions
+	rows  decstore.Head // a batch of samples' rows, key and value
+	row   []float32     // [indexRows][D] keys being hashed, or a row widened from 16 bits
+	w     []float32     // their weights
+	lists [][]int32     // the lists of the query's buckets
+	touch int32         // what reading their first entries gave
+	sink  float32       // what touchRows read
 	// seen holds, for each position, the epoch (a count of sample
 	// calls) at which it last collided, above hitBits bits of its
 	// collisions in that epoch.
@@ -159,7 +160,9 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 		bk := sc.bk[:rows*nt]
 		for i0 := 0; i0 < rows; i0 += indexRows {
 			m := min(indexRows, rows-i0)
-			r.hash(sc, hd.Keys(p0+i0), hd.Stride(), m)
+			sc.row = grow(sc.row, indexRows*cfg.D)
+			keys, st := hd.KeyRows(sc.row, p0+i0, m)
+			r.hash(sc, keys, st, m)
 			for i := range m {
 				for l := range nt {
 					bk[(i0+i)*nt+l] = uint16(code(sc.proj[i*r.cols+l*bits:][:bits]))
@@ -249,7 +252,7 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 		if s[1] == s[0] {
 			continue // the first step of a sequence has no window apart from the sinks
 		}
-		simd.DotRows(sc.exact[off:], ne, sc.q, dd, g, hd.Keys(s[0]), hd.Stride(), s[1]-s[0], dd)
+		hd.DotKeys(sc.exact[off:], ne, sc.q, dd, g, s[0], s[1]-s[0], 0, 0)
 		off += s[1] - s[0]
 	}
 	sc.emax, sc.esum = grow(sc.emax, g), grow(sc.esum, g)
@@ -260,22 +263,14 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	}
 	sc.acc = grow(sc.acc, g*dd)
 	clear(sc.acc)
+	sc.row = grow(sc.row, dd)
 	off = 0
 	for _, s := range ranges {
 		n := s[1] - s[0]
 		if n == 0 {
 			continue
 		}
-		if dd%simd.Panel == 0 {
-			simd.Gemm(g, dd, n, sc.exact[off:], ne, hd.Values(s[0]), hd.Stride(), sc.acc, dd, true)
-		} else {
-			for h := range g {
-				acc := sc.acc[h*dd : (h+1)*dd]
-				for t, w := range sc.exact[h*ne+off : h*ne+off+n] {
-					simd.Axpy(w, hd.V(s[0]+t), acc)
-				}
-			}
-		}
+		hd.AddValues(sc.exact[off:], ne, g, s[0], n, sc.acc, sc.row, 0, 0)
 		off += n
 	}
 	// The samples, head by head, and the merge.
@@ -363,7 +358,6 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	ns = len(sc.pos)
 	sc.line = grow(sc.line, ns)
 	hd := r.st.Head(b, kvh)
-	st := hd.Stride()
 	q := sc.q[h*dd : (h+1)*dd]
 	qn := float64(sc.qn[h])
 	acc := sc.sacc
@@ -373,22 +367,19 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	// their misses where a product per row would wait for each; then one
 	// product gives the batch's logits and one more its share of the
 	// values, merged into the others' by an online softmax.
-	sc.rows = grow(sc.rows, min(ns, sampleBatch)*st)
 	sc.w = grow(sc.w, min(ns, sampleBatch))
+	sc.row = grow(sc.row, dd)
+	rows := &sc.rows
 	for b0 := 0; b0 < ns; b0 += sampleBatch {
 		nb := min(sampleBatch, ns-b0)
-		rows := sc.rows[:nb*st]
-		sc.sink += touchRows(hd.KV, sc.pos[b0:b0+nb], st)
-		for i, x := range sc.pos[b0 : b0+nb] {
-			copy(rows[i*st:][:st], hd.KV[int(x)*st:][:st])
-		}
+		sc.sink += hd.Gather(rows, sc.pos[b0:b0+nb])
 		line := sc.line[b0 : b0+nb]
-		simd.DotRows(line, nb, q, dd, 1, rows, st, nb, dd)
+		rows.DotKeys(line, nb, q, dd, 1, 0, nb, 0, 0)
 		bmax := float32(math.Inf(-1))
 		for i, l := range line {
 			// The key's norm from the row at hand: a table of norms would
 			// be one more miss a sample.
-			k := rows[i*st:][:dd]
+			k := rows.K(sc.row, i)
 			kn := math.Sqrt(float64(simd.Dot(k, k)))
 			line[i] = l - float32(r.logProb(float64(l), qn*kn))
 			bmax = max(bmax, line[i])
@@ -404,13 +395,7 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 		w := sc.w[:nb]
 		copy(w, line) // line keeps the logits (the tests read them)
 		ssum += simd.ExpSum(w, smax)
-		if dd%simd.Panel == 0 {
-			simd.Gemm(1, dd, nb, w, nb, rows[dd:], st, acc, dd, true)
-		} else {
-			for i, w := range w {
-				simd.Axpy(w, rows[i*st+dd:][:dd], acc)
-			}
-		}
+		rows.AddValues(w, nb, 1, 0, nb, acc, sc.row, 0, 0)
 	}
 	return ns, smax, ssum
 }
@@ -619,26 +604,3 @@ var (
 	_ attn.Appender   = (*Decoder)(nil)
 	_ attn.Fallbacker = (*Decoder)(nil)
 )
-
-// touchRows reads one float32 of every 64-byte line of the rows of st
-// floats at positions pos of kv, with four independent sums, so that all
-// of a batch's lines are in flight at once; the copy that follows then
-// reads them from cache, where copying row by row would wait for each
-// row's misses in turn.
-func touchRows(kv []float32, pos []int32, st int) float32 {
-	var s0, s1, s2, s3 float32
-	for _, x := range pos {
-		row := kv[int(x)*st:][:st]
-		i := 0
-		for ; i+64 <= st; i += 64 {
-			s0 += row[i]
-			s1 += row[i+16]
-			s2 += row[i+32]
-			s3 += row[i+48]
-		}
-		for ; i < st; i += 16 {
-			s0 += row[i]
-		}
-	}
-	return s0 + s1 + s2 + s3
-}

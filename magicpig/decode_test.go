@@ -167,6 +167,8 @@ func TestDecoderMatchesReference(t *testing.T) {
 	for _, cfg := range []attn.DecodeConfig{
 		{B: 2, H: 6, HKV: 2, D: 19},
 		{B: 1, H: 4, HKV: 1, D: 32, Scale: -0.2},
+		{B: 1, H: 4, HKV: 2, D: 32, Storage: "bf16"},
+		{B: 2, H: 4, HKV: 2, D: 19, Storage: "f16"},
 	} {
 		for _, mc := range testConfigs() {
 			m := newPIG(t, mc)
@@ -300,7 +302,7 @@ func estimate(dec *Decoder, b, h, p int, q []float32, shift float64) (num []floa
 	for i, x := range sc.pos[:ns] {
 		w := math.Exp(float64(sc.line[i]) - shift)
 		den += w
-		for c, y := range r.st.Head(b, kvh).V(int(x)) {
+		for c, y := range r.st.Head(b, kvh).V(make([]float32, cfg.D), int(x)) {
 			num[c] += w * float64(y)
 		}
 	}
@@ -465,10 +467,14 @@ func TestDecoderExactSettings(t *testing.T) {
 // changes no bit; the seed decides the hyperplanes, and so the output.
 func TestDecoderDeterminism(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 10}
-	for _, mc := range testConfigs()[:2] {
+	for i, mc := range testConfigs()[:2] {
+		c := cfg
+		if i == 1 {
+			c.Storage = "f16"
+		}
 		m := newPIG(t, mc)
-		dectest.CheckRagged(t, decoderOf(t, m), cfg, dectest.FreshRNG(t, 6), dectest.Script(cfg.B, 47, 12))
-		dectest.CheckWorkers(t, decoderOf(t, m), cfg, 7, dectest.Script(cfg.B, 47, 12))
+		dectest.CheckRagged(t, decoderOf(t, m), c, dectest.FreshRNG(t, 6), dectest.Script(c.B, 47, 12))
+		dectest.CheckWorkers(t, decoderOf(t, m), c, 7, dectest.Script(c.B, 47, 12))
 	}
 	run := func(seed uint64) []float32 {
 		var all []float32
@@ -576,7 +582,7 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("none reads %+v", c)
 	}
 	for _, cfg := range []attn.DecodeConfig{
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "f16"},
+		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i4"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

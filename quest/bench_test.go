@@ -9,12 +9,15 @@ import (
 
 // BenchmarkDecodeStep times decode steps of Quest with its defaults
 // against steps of the exact float32 KV cache at the same length, in
-// the same run (H = 32, Hkv = 8, D = 128, B = 1), and reports the median
-// step of each and their ratio (speedup; see dectest.BenchStep).
+// the same run (H = 32, Hkv = 8, D = 128, B = 1), its own keys and
+// values stored as float32 and as bfloat16, and reports the median step
+// of each and their ratio (speedup; see dectest.BenchStep).
 func BenchmarkDecodeStep(b *testing.B) {
 	for _, n := range []int{16384, 131072} {
-		b.Run(fmt.Sprintf("len%d", n), func(b *testing.B) {
-			dectest.BenchStep(b, newQuest(b, Config{}), n)
-		})
+		for _, st := range []string{"f32", "bf16"} {
+			b.Run(fmt.Sprintf("len%d/%s", n, st), func(b *testing.B) {
+				dectest.BenchStep(b, newQuest(b, Config{}), n, st)
+			})
+		}
 	}
 }

@@ -35,8 +35,8 @@ type rule struct {
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
-// of cfg. A cfg.Storage other than "" or "f32" and a cfg.Window are
-// errors wrapping attn.ErrUnsupported.
+// of cfg. A cfg.Storage other than "", "f32", "bf16" or "f16" and a
+// cfg.Window are errors wrapping attn.ErrUnsupported.
 func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	st, err := decstore.NewStore("quest", cfg, math.MaxInt)
 	if err != nil {
@@ -56,6 +56,7 @@ type scratch struct {
 	blocks     []span    // the ranges cut into blocks
 	logits     []float32 // [g][attended]
 	acc        []float32 // [g][D]
+	row        []float32 // [D] a key or value widened from 16 bits
 	sums, maxs []float32 // [g] the online softmax's sums and maxima
 }
 
@@ -79,14 +80,15 @@ func (r *rule) Bytes() int {
 }
 
 // Index folds positions [indexed, n) into their pages' summaries.
-func (r *rule) Index(_ *scratch, b, kvh, n int) {
+func (r *rule) Index(sc *scratch, b, kvh, n int) {
 	cfg := r.st.Config()
 	dd, page := cfg.D, r.m.page
 	i := b*cfg.HKV + kvh
 	hd := r.st.Head(b, kvh)
 	summ := r.summ[i]
+	sc.row = grow(sc.row, dd)
 	for p := r.indexed[i]; p < n; p++ {
-		key := hd.K(p)
+		key := hd.K(sc.row, p)
 		if p%page == 0 {
 			summ = append(summ, key...)
 			summ = append(summ, key...)
@@ -210,7 +212,7 @@ const attendBlock = 128
 // positions at a time, each block's keys and then values read while the
 // next block's are prefetched.
 func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32) {
-	dd, stride := r.st.Config().D, hd.Stride()
+	dd := r.st.Config().D
 	// The blocks, ranges cut at attendBlock.
 	sc.blocks = sc.blocks[:0]
 	total := 0
@@ -230,12 +232,13 @@ func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32)
 	}
 	for i, s := range sc.blocks {
 		n := s.hi - s.lo
-		var pfk, pfv []float32
+		// The next block's rows are prefetched: its first half while
+		// the keys are scored, the rest while the values are added.
+		var next, nn int
 		if i+1 < len(sc.blocks) {
-			next := hd.KV[sc.blocks[i+1].lo*stride : sc.blocks[i+1].hi*stride]
-			pfk, pfv = next[:len(next)/2], next[len(next)/2:]
+			next, nn = sc.blocks[i+1].lo, sc.blocks[i+1].hi-sc.blocks[i+1].lo
 		}
-		simd.DotRowsPF(sc.logits, n, sc.q, dd, g, hd.Keys(s.lo), stride, n, dd, pfk)
+		hd.DotKeys(sc.logits, n, sc.q, dd, g, s.lo, n, next, nn/2)
 		for h := range g {
 			row := sc.logits[h*n : (h+1)*n]
 			if m := simd.Max(row); m > sc.maxs[h] {
@@ -248,18 +251,8 @@ func (r *rule) attend(sc *scratch, hd *decstore.Head, g int, out, lse []float32)
 			}
 			sc.sums[h] += simd.ExpSum(row, sc.maxs[h])
 		}
-		if dd%8 == 0 {
-			simd.GemmPF(g, dd, n, sc.logits, n, hd.Values(s.lo), stride, sc.acc, dd, true, pfv)
-			continue
-		}
-		for h := range g {
-			acc := sc.acc[h*dd : (h+1)*dd]
-			for t, w := range sc.logits[h*n : (h+1)*n] {
-				if w != 0 {
-					simd.Axpy(w, hd.V(s.lo+t), acc)
-				}
-			}
-		}
+		sc.row = grow(sc.row, dd)
+		hd.AddValues(sc.logits, n, g, s.lo, n, sc.acc, sc.row, next+nn/2, nn-nn/2)
 	}
 	for h := range g {
 		lse[h] = sc.maxs[h] + float32(math.Log(float64(sc.sums[h])))

@@ -145,6 +145,8 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 2, H: 6, HKV: 2, D: 19},
 		{B: 1, H: 4, HKV: 1, D: 32, Scale: -0.2},
 		{B: 3, H: 3, HKV: 3, D: 16},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"},
+		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
 	} {
 		for _, qc := range testConfigs() {
 			m := newQuest(t, qc)
@@ -357,7 +359,10 @@ func TestPick(t *testing.T) {
 // count changes no bit.
 func TestDecoderRaggedAndWorkers(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 10}
-	for _, qc := range testConfigs()[:2] {
+	for i, qc := range testConfigs()[:2] {
+		if i == 1 {
+			cfg.Storage = "bf16"
+		}
 		m := newQuest(t, qc)
 		dectest.CheckRagged(t, decoderOf(t, m), cfg, dectest.FreshRNG(t, 5), dectest.Script(cfg.B, 47, 12))
 		dectest.CheckWorkers(t, decoderOf(t, m), cfg, 6, dectest.Script(cfg.B, 47, 12))
@@ -464,6 +469,7 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, cfg := range []attn.DecodeConfig{
 		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"},
+		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i4+rot"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

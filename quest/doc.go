@@ -65,7 +65,10 @@
 // it would in exact attention. The outcome depends on the inputs only,
 // not on the number of workers.
 //
-// The decoder keeps its keys and values as float32 (attn.DecodeConfig's
-// Storage must be "" or "f32") and has no StreamingLLM window of its
-// own (Window must be 0): its sinks and recent window are Config's.
+// The decoder keeps its keys and values as float32, or as bfloat16 or
+// binary16 at half the bytes a step reads (attn.DecodeConfig's Storage
+// "", "f32", "bf16" or "f16"; the page summaries are of the stored,
+// rounded keys, so they stay exact bounds), and has no StreamingLLM
+// window of its own (Window must be 0): its sinks and recent window are
+// Config's.
 package quest

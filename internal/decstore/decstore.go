@@ -1,6 +1,8 @@
 // Package decstore is what the decoders that read a fraction of the cache
-// (packages quest and magicpig) share: float32 keys and values per
-// sequence and key/value head, the exact prefill rule, and the skeleton
+// (packages quest and magicpig) share: keys and values per sequence and
+// key/value head, as float32 or 16-bit floats (Storage "bf16" or "f16",
+// rounded to nearest as they are stored, read by kernels that widen them
+// in registers, at half the bytes a step), the exact prefill rule, and the skeleton
 // of attn.Decoder and attn.Appender (argument checks, ragged batches,
 // MaxLen, a failed step leaving every sequence as it was) around a Rule
 // that decodes one position and keeps its own index of the cache.
@@ -19,11 +21,15 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/internal/hugepage"
 	"github.com/attnkit/attn/internal/parallel"
+	"github.com/attnkit/attn/internal/simd"
+	"github.com/attnkit/attn/kvcache"
 )
 
 // Rule is a decode rule over a Store. S is a worker's scratch.
@@ -49,34 +55,156 @@ type Rule[S any] interface {
 }
 
 // Head holds the keys and values of one sequence and key/value head,
-// interleaved: row j of KV ([positions][2][D]) is key j, then value j.
-// A decode rule that gathers scattered positions then finds a value next
-// to its key, one run of memory for the prefetchers to bring in.
+// interleaved: row j ([2][D]) is key j, then value j, in KV (float32
+// storage) or in KV16 (bfloat16 or binary16; DType says which). A decode
+// rule that gathers scattered positions then finds a value next to its
+// key, one run of memory for the prefetchers to bring in.
 type Head struct {
-	KV []float32
-	d  int
+	KV   []float32
+	KV16 []uint16
+	d    int
+	dt   kvcache.DType
 }
 
-// K returns key row j.
-func (h *Head) K(j int) []float32 { return h.KV[2*j*h.d:][:h.d] }
+// DType returns the element type of the stored rows: kvcache.F32, BF16
+// or F16.
+func (h *Head) DType() kvcache.DType { return h.dt }
 
-// V returns value row j.
-func (h *Head) V(j int) []float32 { return h.KV[(2*j+1)*h.d:][:h.d] }
+// K returns key row j as float32: the stored row itself for float32
+// storage, else the row widened into dst (len >= D).
+func (h *Head) K(dst []float32, j int) []float32 { return h.row(dst, 2*j) }
 
-// Keys returns the keys from position j on, for kernels that take rows
-// of stride Stride.
-func (h *Head) Keys(j int) []float32 { return h.KV[2*j*h.d:] }
+// V returns value row j as K returns key rows.
+func (h *Head) V(dst []float32, j int) []float32 { return h.row(dst, 2*j+1) }
 
-// Values returns the values from position j on, of stride Stride.
-func (h *Head) Values(j int) []float32 { return h.KV[(2*j+1)*h.d:] }
+func (h *Head) row(dst []float32, r int) []float32 {
+	if h.dt == kvcache.F32 {
+		return h.KV[r*h.d:][:h.d]
+	}
+	dst = dst[:h.d]
+	h.widen(dst, h.KV16[r*h.d:][:h.d])
+	return dst
+}
 
-// Stride is the distance between consecutive keys (and values).
+func (h *Head) widen(dst []float32, src []uint16) {
+	if h.dt == kvcache.BF16 {
+		simd.WidenBF16(dst, src)
+	} else {
+		simd.WidenF16(dst, src)
+	}
+}
+
+// KeyRows returns keys [j, j+n) as float32 rows and their stride: the
+// stored rows themselves (stride Stride) for float32 storage, else the
+// rows widened into dst (len >= n·D, stride D).
+func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
+	if h.dt == kvcache.F32 {
+		return h.KV[2*j*h.d:], 2 * h.d
+	}
+	for i := range n {
+		h.widen(dst[i*h.d:][:h.d], h.KV16[2*(j+i)*h.d:][:h.d])
+	}
+	return dst[:n*h.d], h.d
+}
+
+// Gather sets dst to the rows (key and value) of positions pos, in that
+// order, in h's element type, reusing dst's memory, and returns a sum of
+// some of their elements, which the caller keeps somewhere the compiler
+// cannot see through. The lines of all the rows are read once, with four
+// independent sums, before any row is copied, so that their misses are
+// in flight together; the copy then reads them from cache, where copying
+// row by row would wait for each row's misses in turn.
+func (h *Head) Gather(dst *Head, pos []int32) float32 {
+	dst.d, dst.dt = h.d, h.dt
+	if h.dt == kvcache.F32 {
+		var sink float32
+		dst.KV, sink = gather(dst.KV, h.KV, pos, 2*h.d)
+		return sink
+	}
+	var sink uint16
+	dst.KV16, sink = gather(dst.KV16, h.KV16, pos, 2*h.d)
+	return float32(sink)
+}
+
+func gather[T float32 | uint16](dst, src []T, pos []int32, st int) ([]T, T) {
+	// One element of every 64-byte line.
+	var zero T
+	per := 64 / int(unsafe.Sizeof(zero))
+	var s0, s1, s2, s3 T
+	for _, x := range pos {
+		row := src[int(x)*st:][:st]
+		i := 0
+		for ; i+4*per <= st; i += 4 * per {
+			s0 += row[i]
+			s1 += row[i+per]
+			s2 += row[i+2*per]
+			s3 += row[i+3*per]
+		}
+		for ; i < st; i += per {
+			s0 += row[i]
+		}
+	}
+	if cap(dst) < len(pos)*st {
+		dst = make([]T, len(pos)*st)
+	}
+	dst = dst[:len(pos)*st]
+	for i, x := range pos {
+		copy(dst[i*st:][:st], src[int(x)*st:][:st])
+	}
+	return dst, s0 + s1 + s2 + s3
+}
+
+// Stride is the distance, in elements, between consecutive keys (and
+// values).
 func (h *Head) Stride() int { return 2 * h.d }
 
 // Len returns the positions stored.
-func (h *Head) Len() int { return len(h.KV) / (2 * h.d) }
+func (h *Head) Len() int { return (len(h.KV) + len(h.KV16)) / (2 * h.d) }
 
-// Store is the float32 cache of a batch of sequences.
+// DotKeys sets s[r*lds+i], for the rows query rows of q (row stride ldq,
+// D columns) and keys j+i, i < n, to their dot product, as simd.DotRows
+// does, reading the keys in place. It prefetches the rows of positions
+// [next, next+nn) (nn may be 0) as it computes.
+func (h *Head) DotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next, nn int) {
+	d, st := h.d, 2*h.d
+	switch h.dt {
+	case kvcache.F32:
+		simd.DotRowsPF(s, lds, q, ldq, rows, h.KV[j*st:], st, n, d, h.KV[next*st:][:nn*st])
+	case kvcache.BF16:
+		simd.DotRowsBF16PF(s, lds, q, ldq, rows, h.KV16[j*st:], st, n, d, h.KV16[next*st:][:nn*st])
+	default:
+		simd.DotRowsF16PF(s, lds, q, ldq, rows, h.KV16[j*st:], st, n, d, h.KV16[next*st:][:nn*st])
+	}
+}
+
+// AddValues adds P·V to acc: for the rows rows of p (row stride ldp, n
+// columns) and values j+i, i < n, acc[r*D+c] += Σ_i p[r*ldp+i]·v_{j+i,c}.
+// It prefetches the rows of positions [next, next+nn) as it computes.
+// tmp (len >= D) holds a widened row where D is not a multiple of 8.
+func (h *Head) AddValues(p []float32, ldp, rows, j, n int, acc, tmp []float32, next, nn int) {
+	d, st := h.d, 2*h.d
+	if d%8 != 0 {
+		for r := range rows {
+			a := acc[r*d:][:d]
+			for i, w := range p[r*ldp:][:n] {
+				// No skipping of zero weights: 0·NaN is NaN, as in
+				// the products of the Gemm kernels.
+				simd.Axpy(w, h.V(tmp, j+i), a)
+			}
+		}
+		return
+	}
+	switch h.dt {
+	case kvcache.F32:
+		simd.GemmPF(rows, d, n, p, ldp, h.KV[j*st+d:], st, acc, d, true, h.KV[next*st+d:][:max(nn*st-d, 0)])
+	case kvcache.BF16:
+		simd.GemmBF16(rows, d, n, p, ldp, h.KV16[j*st+d:], st, acc, d, true, h.KV16[next*st+d:][:max(nn*st-d, 0)])
+	default:
+		simd.GemmF16(rows, d, n, p, ldp, h.KV16[j*st+d:], st, acc, d, true, h.KV16[next*st+d:][:max(nn*st-d, 0)])
+	}
+}
+
+// Store is the cache of a batch of sequences.
 type Store struct {
 	cfg   attn.DecodeConfig
 	name  string
@@ -110,16 +238,21 @@ type Decoder[S any] struct {
 
 // NewStore validates cfg for a decoder called name (for errors) whose
 // sequences may hold at most limit positions, and returns an empty
-// store. Storage other than float32 and a StreamingLLM window are
+// store. cfg.Storage is "" or "f32", "bf16" or "f16"; the other storages
+// of kvcache (8- and 4-bit codes, rotation) and a StreamingLLM window are
 // errors wrapping attn.ErrUnsupported: the rules range over every cached
-// key, stored as float32.
+// key, read in place at scattered positions.
 func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	dt, rot, err := kvcache.ParseStorage(cfg.Storage)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	switch {
-	case cfg.Storage != "" && cfg.Storage != "f32":
-		return nil, fmt.Errorf("%w: %s: the decoder stores keys as f32, not %q", attn.ErrUnsupported, name, cfg.Storage)
+	case rot || (dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16):
+		return nil, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16 or f16, not %q", attn.ErrUnsupported, name, cfg.Storage)
 	case cfg.Window > 0:
 		return nil, fmt.Errorf("%w: %s: the decoder has no StreamingLLM window (Window = %d): it has its own sinks and recent window, and its index ranges over every cached key", attn.ErrUnsupported, name, cfg.Window)
 	case cfg.MaxLen > limit:
@@ -127,7 +260,7 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	}
 	st := &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}
 	for i := range st.heads {
-		st.heads[i].d = cfg.D
+		st.heads[i].d, st.heads[i].dt = cfg.D, dt
 	}
 	return st, nil
 }
@@ -141,7 +274,7 @@ func New[S any](st *Store, r Rule[S]) *Decoder[S] {
 func (d *Decoder[S]) Bytes() int {
 	n := 0
 	for _, h := range d.heads {
-		n += 4 * cap(h.KV)
+		n += 4*cap(h.KV) + 2*cap(h.KV16)
 	}
 	return n + d.rule.Bytes()
 }
@@ -149,7 +282,7 @@ func (d *Decoder[S]) Bytes() int {
 // Reset empties every sequence, keeping the memory.
 func (d *Decoder[S]) Reset() {
 	for i := range d.heads {
-		d.heads[i].KV = d.heads[i].KV[:0]
+		d.heads[i].KV, d.heads[i].KV16 = d.heads[i].KV[:0], d.heads[i].KV16[:0]
 	}
 	clear(d.lens)
 	d.rule.Reset()
@@ -183,24 +316,32 @@ func (d *Decoder[S]) store(k, v []float32, n int, counts []int) {
 		for kvh := range hkv {
 			h := d.Head(b, kvh)
 			src := (b*hkv + kvh) * n * dd
-			h.KV = d.appendRows(h.KV, k[src:src+nb*dd], v[src:src+nb*dd])
+			kb, vb := k[src:src+nb*dd], v[src:src+nb*dd]
+			switch h.dt {
+			case kvcache.F32:
+				h.KV = appendRows(d.cfg, h.KV, kb, vb, func(x float32) float32 { return x })
+			case kvcache.BF16:
+				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToBF16)
+			default:
+				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToF16)
+			}
 		}
 	}
 }
 
-// appendRows appends key and value rows to buf, interleaved, doubling
-// its capacity (up to MaxLen) when it runs out: append's growth of a
-// quarter for large slices would copy a long cache every few thousand
-// tokens, inside a decode step.
-func (d *Decoder[S]) appendRows(buf, k, v []float32) []float32 {
-	dd := d.cfg.D
+// appendRows appends key and value rows to buf, interleaved and each
+// element converted by conv, doubling its capacity (up to MaxLen) when
+// it runs out: append's growth of a quarter for large slices would copy
+// a long cache every few thousand tokens, inside a decode step.
+func appendRows[T float32 | uint16](cfg attn.DecodeConfig, buf []T, k, v []float32, conv func(float32) T) []T {
+	dd := cfg.D
 	n := len(buf)
 	if need := n + 2*len(k); need > cap(buf) {
 		c := max(need, 2*cap(buf), 512*dd)
-		if d.cfg.MaxLen > 0 {
-			c = max(need, min(c, 2*d.cfg.MaxLen*dd))
+		if cfg.MaxLen > 0 {
+			c = max(need, min(c, 2*cfg.MaxLen*dd))
 		}
-		nb := make([]float32, n, c)
+		nb := make([]T, n, c)
 		// Samples and pages are read at scattered rows: on 4 KiB pages
 		// nearly every row would also miss the TLB.
 		hugepage.Advise(nb[:c])
@@ -209,8 +350,10 @@ func (d *Decoder[S]) appendRows(buf, k, v []float32) []float32 {
 	}
 	buf = buf[:n+2*len(k)]
 	for i := range len(k) / dd {
-		copy(buf[n+2*i*dd:][:dd], k[i*dd:])
-		copy(buf[n+(2*i+1)*dd:][:dd], v[i*dd:])
+		kr, vr := buf[n+2*i*dd:][:dd], buf[n+(2*i+1)*dd:][:dd]
+		for c := range dd {
+			kr[c], vr[c] = conv(k[i*dd+c]), conv(v[i*dd+c])
+		}
 	}
 	return buf
 }
@@ -221,7 +364,11 @@ func (d *Decoder[S]) truncate() {
 	for b, l := range d.lens {
 		for kvh := range d.cfg.HKV {
 			h := d.Head(b, kvh)
-			h.KV = h.KV[:2*l*dd]
+			if h.dt == kvcache.F32 {
+				h.KV = h.KV[:2*l*dd]
+			} else {
+				h.KV16 = h.KV16[:2*l*dd]
+			}
 		}
 	}
 }
@@ -452,8 +599,12 @@ type seqKV struct {
 
 func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
 	h := kv.st.Head(kv.b, kvh)
+	var tmp []float32
+	if h.dt != kvcache.F32 {
+		tmp = make([]float32, h.d)
+	}
 	for j := range n {
-		for c, x := range h.K(j0 + j) {
+		for c, x := range h.K(tmp, j0+j) {
 			dst[c*ld+j] = x
 		}
 	}
@@ -461,8 +612,14 @@ func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
 
 func (kv seqKV) PackV(dst []float32, ld, _, kvh, j0, n int) {
 	h := kv.st.Head(kv.b, kvh)
+	if h.dt != kvcache.F32 {
+		for j := range n {
+			h.V(dst[j*ld:], j0+j)
+		}
+		return
+	}
 	for j := range n {
-		copy(dst[j*ld:], h.V(j0+j))
+		copy(dst[j*ld:], h.V(nil, j0+j))
 	}
 }
 

@@ -36,6 +36,7 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 		panic("Decode without the earlier positions indexed or its own stored")
 	}
 	hd := r.st.Head(b, kvh)
+	row := make([]float32, d)
 	scale := float64(cfg.ScaleFor())
 	for h := range g {
 		logits := make([]float64, p+1)
@@ -43,7 +44,7 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 		for j := range logits {
 			var s float64
 			for c := range d {
-				s += float64(q[h*d+c]) * float64(hd.K(j)[c])
+				s += float64(q[h*d+c]) * float64(hd.K(row, j)[c])
 			}
 			logits[j] = s * scale
 			mx = max(mx, logits[j])
@@ -54,7 +55,7 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 			w := math.Exp(l - mx)
 			sum += w
 			for c := range d {
-				acc[c] += w * float64(hd.V(j)[c])
+				acc[c] += w * float64(hd.V(row, j)[c])
 			}
 		}
 		for c := range d {
@@ -81,6 +82,8 @@ func TestExactRule(t *testing.T) {
 	for _, cfg := range []attn.DecodeConfig{
 		{B: 3, H: 6, HKV: 2, D: 19},
 		{B: 1, H: 4, HKV: 4, D: 32, Scale: -0.3},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"},
+		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
 	} {
 		dectest.Run(t, newExact(t)(cfg), cfg, rng, dectest.Script(cfg.B, 41, 9), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
 			dectest.Compare(t, "exact rule", hs, st, before, out, lse, 2e-5, func(b, h, p int) ([]float64, float64, bool) {
@@ -104,7 +107,9 @@ func TestNewStoreErrors(t *testing.T) {
 		want error
 	}{
 		{attn.DecodeConfig{B: 1, H: 3, HKV: 2, D: 4}, attn.ErrShape},
-		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "bf16"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "bf16+rot"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "f8"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Window: 8}, attn.ErrUnsupported},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, MaxLen: 1 << 21}, attn.ErrUnsupported},
 	} {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/ref"
 )
@@ -56,9 +57,13 @@ func NewHistory(cfg attn.DecodeConfig) *History {
 	return hs
 }
 
-// Add records the real positions of a step (q nil for an append).
+// Add records the real positions of a step (q nil for an append). Keys
+// and values are recorded as the decoder stores them: rounded to 16 bits
+// for a Storage of "bf16" or "f16", so that the references are exact
+// attention over the stored rows.
 func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 	c, d := hs.Cfg, hs.Cfg.D
+	k, v = hs.stored(k), hs.stored(v)
 	for b := range c.B {
 		nb := Count(n, valid, b)
 		for h := range c.H {
@@ -75,6 +80,23 @@ func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 			hs.V[b][kvh] = append(hs.V[b][kvh], v[row*d:(row+nb)*d]...)
 		}
 	}
+}
+
+// stored returns x as the decoder stores it.
+func (hs *History) stored(x []float32) []float32 {
+	dt, _, err := kvcache.ParseStorage(hs.Cfg.Storage)
+	if err != nil || (dt != kvcache.BF16 && dt != kvcache.F16) {
+		return x
+	}
+	y := make([]float32, len(x))
+	for i, e := range x {
+		if dt == kvcache.BF16 {
+			y[i] = half.BF16ToF32(half.F32ToBF16(e))
+		} else {
+			y[i] = half.F16ToF32(half.F32ToF16(e))
+		}
+	}
+	return y
 }
 
 // Count is sequence b's real positions among n.
@@ -473,17 +495,20 @@ func (c *countdown) Err() error {
 	return nil
 }
 
-// BenchStep times decode steps of m's decoder at n cached positions
+// BenchStep times decode steps of m's decoder, its keys and values in
+// storage (as attn.DecodeConfig's Storage), at n cached positions
 // against steps of the exact float32 KV cache at the same length, in the
 // same run (H = 32, Hkv = 8, D = 128, B = 1, the caches filled by
 // Append), and reports the median step of each and the ratio of the
 // medians (speedup). Each iteration steps the two decoders in turn,
 // stepsPerIter times each: a median of a few steps shrugs off the
 // stalls of a shared machine that one step would report.
-func BenchStep(b *testing.B, m attn.Decodable, n int) {
+func BenchStep(b *testing.B, m attn.Decodable, n int, storage string) {
 	const stepsPerIter = 5
 	cfg := attn.DecodeConfig{B: 1, H: 32, HKV: 8, D: 128}
-	sparse, err := m.NewDecoder(cfg)
+	sc := cfg
+	sc.Storage = storage
+	sparse, err := m.NewDecoder(sc)
 	if err != nil {
 		b.Fatal(err)
 	}
