@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Trains the long-context retrieval model embedded as austen-long, short
 # to long (results/long/README.md says why this order and what each phase
-# gave). Each phase checkpoints every 100 steps (q every 50); rerunning
+# gave). Each phase checkpoints every 100 steps (q, r and s every 50); rerunning
 # this script resumes a phase from its checkpoint and skips a phase whose
-# model is already written. About an hour on a 2-core machine.
+# model is already written. About 90 minutes on a 2-core machine.
 #
-# The embedded file came from these phases run one at a time while the
-# code changed under them: t ran with the old needle template (no '#'),
-# and h and m with facts at uniform points only (before commit 2761144),
-# so a rerun now gives a similar model, not the same bits.
+# The embedded file (phase s's) came from these phases run one at a time
+# while the code changed under them: t ran with the old needle template
+# (no '#'), and h and m with facts at uniform points only (before commit
+# 2761144), so a rerun now gives a similar model, not the same bits.
 # Usage: scripts/train-long.sh [WORKDIR]   (default: train-long/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,3 +55,11 @@ phase n -init "$W/m.gguf" -ctx 512 -batch 8 -steps 600 -warmup 20 -lr 1.5e-3 -mi
 phase p -init "$W/n.gguf" -ctx 2048 -batch 2 -steps 800 -warmup 20 -lr 1e-3 -min-lr 2e-4 "${MIX[@]}"
 phase q -init "$W/p.gguf" -ctx 8192 -batch 1 -steps 600 -warmup 10 -lr 7e-4 -min-lr 1.5e-4 -type f16 -save 50 \
 	"${MIX[@]:0:12}" -val-needle 8 -eval 100
+# r: half the planted values drawn from three digits (-repeats), so that
+# most repeat: q copied values like 662645 out of order. At 8192 tokens;
+# the same at 512 (from q) lost retrieval at 2048 and beyond.
+phase r -init "$W/q.gguf" -ctx 8192 -batch 1 -steps 400 -warmup 10 -lr 5e-4 -min-lr 1e-4 -type f16 -save 50 \
+	"${MIX[@]:0:12}" -repeats 0.5 -val-needle 8 -eval 100
+# s: r continued on other windows (-seed 2), the rate lower.
+phase s -init "$W/r.gguf" -seed 2 -ctx 8192 -batch 1 -steps 600 -warmup 10 -lr 3e-4 -min-lr 5e-5 -type f16 -save 50 \
+	"${MIX[@]:0:12}" -repeats 0.5 -val-needle 8 -eval 100
