@@ -97,7 +97,7 @@ type scratch struct {
 	w     []float32     // their weights
 	lists [][]int32     // the lists of the query's buckets
 	touch int32         // what reading their first entries gave
-	sink  float32       // what touchRows read
+	sink  float32       // what Gather read
 	// seen holds, for each position, the epoch (a count of sample
 	// calls) at which it last collided, above hitBits bits of its
 	// collisions in that epoch.
