@@ -152,6 +152,7 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 		t.lists = make([][]int32, nt<<bits)
 	}
 	hd := r.st.Head(b, kvh)
+	sc.row = grow(sc.row, indexRows*cfg.D)
 	for p0 := t.indexed; p0 < n; p0 += indexBlock {
 		rows := min(indexBlock, n-p0)
 		if cap(sc.bk) < rows*nt {
@@ -160,7 +161,6 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 		bk := sc.bk[:rows*nt]
 		for i0 := 0; i0 < rows; i0 += indexRows {
 			m := min(indexRows, rows-i0)
-			sc.row = grow(sc.row, indexRows*cfg.D)
 			keys, st := hd.KeyRows(sc.row, p0+i0, m)
 			r.hash(sc, keys, st, m)
 			for i := range m {
