@@ -50,6 +50,12 @@ type implementation struct {
 	dotRowsU4    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int)
 	gemmU4       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8)
 	scaleColumns func(s []float32, lds, rows int, f []float32)
+	// dotRowsU4Q8 (rows ≤ 4) and gemmU4BF16 (m ≤ 4, k ≤ 256, low and
+	// high nibbles) are the Go definitions but where u4Native says they
+	// are the CPU's integer and bfloat16 instructions.
+	u4Native    bool
+	dotRowsU4Q8 func(s []float32, lds int, q []float32, ldq, rows int, scale, zero []float32, k []uint8, ldk, n, d, pw int)
+	gemmU4BF16  [2]func(m, n, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int)
 
 	gemmPanels    func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)
 	onlineSoftmax func(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int)
@@ -100,6 +106,8 @@ var genericImpl = implementation{
 	dotRowsU4:    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int){dotRowsU4LoGeneric, dotRowsU4HiGeneric},
 	gemmU4:       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoGeneric, gemmU4HiGeneric},
 	scaleColumns: scaleColumnsGeneric,
+	dotRowsU4Q8:  dotRowsU4Q8Generic,
+	gemmU4BF16:   [2]func(m, n, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int){gemmU4BF16LoGeneric, gemmU4BF16HiGeneric},
 
 	gemmPanels:    gemmPanelsGeneric,
 	onlineSoftmax: onlineSoftmaxGeneric,

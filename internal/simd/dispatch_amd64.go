@@ -7,7 +7,8 @@ import "golang.org/x/sys/cpu"
 // asmImplementations returns the assembly kernel families of
 // simd_amd64.s that the CPU and the OS support: avx2 (AVX2 and FMA), then
 // avx512 (AVX-512 F, BW, VL and DQ, with the zmm state enabled by the OS),
-// avx512bf16 (AVX512-BF16 too) and amx (AMX-TILE and AMX-BF16 too, with
+// avx512bf16 (AVX512-BF16 too; with AVX512-VNNI as well, the int4
+// kernels of NativeU4) and amx (AMX-TILE and AMX-BF16 too, with
 // the OS's permission to use the tiles: see amxPermission), each the one
 // before with some kernels replaced or added. WidenF16, DotRowsF16 and GemmF16 also need F16C, which every
 // CPU with AVX2 has (Intel since Ivy Bridge, AMD since Piledriver); should
@@ -53,6 +54,11 @@ func asmImplementations() []implementation {
 	b.gemmBF16 = gemmBF16AVX512BF16
 	b.dotRowsBF16Native = dotRowsBF16NativeAVX512BF16
 	b.gemmBF16Native = gemmBF16NativeAVX512BF16
+	if x.HasAVX512VNNI {
+		b.u4Native = true
+		b.dotRowsU4Q8 = dotRowsU4Q8AVX512BF16
+		b.gemmU4BF16 = [2]func(m, n, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int){gemmU4BF16LoAVX512BF16, gemmU4BF16HiAVX512BF16}
+	}
 	impls = append(impls, b)
 	if !x.HasAMXTile || !x.HasAMXBF16 {
 		return impls
@@ -111,6 +117,8 @@ func avx2Implementation() implementation {
 		dotRowsU4:    [2]func(s []float32, lds int, q []float32, ldq, rows int, k []uint8, ldk, n, d int){dotRowsU4LoAVX2, dotRowsU4HiAVX2},
 		gemmU4:       [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoAVX2, gemmU4HiAVX2},
 		scaleColumns: scaleColumnsAVX2,
+		dotRowsU4Q8:  dotRowsU4Q8Generic,
+		gemmU4BF16:   genericImpl.gemmU4BF16,
 
 		gemmPanels:    gemmPanelsAVX2,
 		onlineSoftmax: onlineSoftmaxAVX2,

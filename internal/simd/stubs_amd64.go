@@ -341,6 +341,24 @@ func dotRowsI8AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []i
 //go:noescape
 func dotRowsI8PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int, pf []int8)
 
+// dotRowsU4Q8AVX512BF16 is DotRowsU4Q8 for rows ≤ 4 and pw ≤ 256 with VPDPBUSD;
+// the Go caller checks the sizes.
+//
+//go:noescape
+func dotRowsU4Q8AVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, scale []float32, zero []float32, k []uint8, ldk int, n int, d int, pw int)
+
+// gemmU4BF16LoAVX512BF16 is GemmU4BF16 on the low nibbles for m ≤ 4 and k ≤ 256 with
+// VDPBF16PS; the Go caller checks the sizes.
+//
+//go:noescape
+func gemmU4BF16LoAVX512BF16(m int, n int, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int)
+
+// gemmU4BF16HiAVX512BF16 is GemmU4BF16 on the high nibbles for m ≤ 4 and k ≤ 256 with
+// VDPBF16PS; the Go caller checks the sizes.
+//
+//go:noescape
+func gemmU4BF16HiAVX512BF16(m int, n int, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int)
+
 // attendTilesAMX folds key blocks 0 … nblk-1 into npp pairs of panels of a query tile
 // (see AttendAMX): blocks from nfull on under the limits lim. The slices must be long
 // enough (the Go caller checks). It loads the tile configuration first and releases the

@@ -66,6 +66,7 @@ func main() {
 	decodeBF16()
 	gemm512()
 	dotRows512()
+	u4Native()
 	attendAMX()
 
 	Generate()
@@ -150,6 +151,7 @@ func declareConsts() {
 	declareExpConsts()
 	declareExp2Consts()
 	declareAMXConsts()
+	declareU4Consts()
 }
 
 // loadTailMask returns a ymm mask with ones in its first rem lanes, for
