@@ -147,7 +147,7 @@ type Cache struct {
 	kq, vq []int8    // I8 codes
 	ks, vs []float32 // I8 scales, [B][Hkv][capacity]: row r's is ks[r/stride]
 	// I4 (see int4.go): packed codes [B][Hkv][capacity][stride/2]; value
-	// scales and zeros [B][Hkv][capacity][chanGroups]; key scales and
+	// scales and zeros [B][Hkv][chanGroups][capacity]; key scales and
 	// zeros per channel [B][Hkv][keyGroups][stride], or per token (ktok)
 	// as values; the float32 keys of the open key group [B][Hkv][i4KeyGroup][stride].
 	k4, v4             []uint8

@@ -50,6 +50,15 @@ const (
 // so that a packed row is a whole number of 8-byte words.
 func i4Stride(d int) int { return (d + 15) &^ 15 }
 
+// valueGroup returns the index in v4s and v4z of the scale and zero of
+// channel group cg of row (head·cap + slot): they are kept a channel
+// group at a time, [B][Hkv][chanGroups][capacity], so that a block's
+// rows have theirs side by side for the kernels.
+func (c *Cache) valueGroup(row, cg int) int {
+	bh, s := row/c.cap, row%c.cap
+	return (bh*chanGroups(c.cfg.D)+cg)*c.cap + s
+}
+
 // chanGroups returns the number of channel groups of a row of d.
 func chanGroups(d int) int { return (d + i4ChanGroup - 1) / i4ChanGroup }
 
@@ -128,14 +137,14 @@ func rangeOf(x []float32) (lo, hi float32, bad bool) {
 }
 
 // quantRow4 quantises x (one row of D values) per token: channel group cg
-// gets scale[cg] and zero[cg], and row (pw bytes) the codes.
-func quantRow4(row []uint8, scale, zero []float32, x []float32, pw int) {
+// gets scale[cg·gs] and zero[cg·gs], and row (pw bytes) the codes.
+func quantRow4(row []uint8, scale, zero []float32, gs int, x []float32, pw int) {
 	clear(row)
-	for cg := range scale {
+	for cg := range chanGroups(len(x)) {
 		c0, c1 := cg*i4ChanGroup, min(len(x), (cg+1)*i4ChanGroup)
 		lo, hi, bad := rangeOf(x[c0:c1])
 		s, z := params4(lo, hi, bad)
-		scale[cg], zero[cg] = s, z
+		scale[cg*gs], zero[cg*gs] = s, z
 		inv := inv4(s)
 		for c := c0; c < c1; c++ {
 			setCode4(row, c, code4(x[c], z, inv), pw)
@@ -186,7 +195,7 @@ func (c *Cache) allocI4(rows int) {
 	pw := c.stride / 2
 	ng := chanGroups(c.cfg.D)
 	k4, v4 := aligned[uint8](heads*rows*pw), aligned[uint8](heads*rows*pw)
-	v4s, v4z := make([]float32, heads*rows*ng), make([]float32, heads*rows*ng)
+	v4s, v4z := aligned[float32](heads*rows*ng), aligned[float32](heads*rows*ng)
 	var k4s, k4z []float32
 	kper := ng // scales a head-row (per token) or a head-group (per channel)
 	krows, okrows := rows, c.cap
@@ -197,14 +206,16 @@ func (c *Cache) allocI4(rows int) {
 			c.kres = make([]float32, heads*i4KeyGroup*c.stride)
 		}
 	}
-	k4s, k4z = make([]float32, heads*krows*kper), make([]float32, heads*krows*kper)
+	k4s, k4z = aligned[float32](heads*krows*kper), aligned[float32](heads*krows*kper)
 	if c.k4 != nil {
 		held := c.Held()
 		for h := range heads {
 			copy(k4[h*rows*pw:], c.k4[h*c.cap*pw:][:held*pw])
 			copy(v4[h*rows*pw:], c.v4[h*c.cap*pw:][:held*pw])
-			copy(v4s[h*rows*ng:], c.v4s[h*c.cap*ng:][:held*ng])
-			copy(v4z[h*rows*ng:], c.v4z[h*c.cap*ng:][:held*ng])
+			for cg := range ng {
+				copy(v4s[(h*ng+cg)*rows:], c.v4s[(h*ng+cg)*c.cap:][:held])
+				copy(v4z[(h*ng+cg)*rows:], c.v4z[(h*ng+cg)*c.cap:][:held])
+			}
 			copy(k4s[h*krows*kper:], c.k4s[h*okrows*kper:][:okrows*kper])
 			copy(k4z[h*krows*kper:], c.k4z[h*okrows*kper:][:okrows*kper])
 		}
@@ -229,9 +240,10 @@ func (c *Cache) bytesI4() int {
 func (c *Cache) storeI4(row int, k, v []float32) {
 	pw := c.stride / 2
 	ng := chanGroups(c.cfg.D)
-	quantRow4(c.v4[row*pw:][:pw], c.v4s[row*ng:][:ng], c.v4z[row*ng:][:ng], v, pw)
+	i := c.valueGroup(row, 0)
+	quantRow4(c.v4[row*pw:][:pw], c.v4s[i:], c.v4z[i:], c.cap, v, pw)
 	if c.ktok {
-		quantRow4(c.k4[row*pw:][:pw], c.k4s[row*ng:][:ng], c.k4z[row*ng:][:ng], k, pw)
+		quantRow4(c.k4[row*pw:][:pw], c.k4s[row*ng:][:ng], c.k4z[row*ng:][:ng], 1, k, pw)
 		return
 	}
 	bh, s := row/c.cap, row%c.cap
@@ -282,9 +294,14 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 		codes, scale, zero = c.k4, c.k4s, c.k4z
 	}
 	packed := codes[row*pw:][:pw]
-	if values || c.ktok {
-		ng := chanGroups(d)
-		dequant4(dst[:d], packed, scale[row*ng:][:ng], zero[row*ng:][:ng], false)
+	ng := chanGroups(d)
+	if values {
+		i := c.valueGroup(row, 0)
+		dequant4(dst[:d], packed, scale[i:], zero[i:], c.cap)
+		return
+	}
+	if c.ktok {
+		dequant4(dst[:d], packed, scale[row*ng:][:ng], zero[row*ng:][:ng], 1)
 		return
 	}
 	bh, s := row/c.cap, row%c.cap
@@ -294,18 +311,18 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 	}
 	gi, _, _ := c.keyGroup(s)
 	g := (bh*c.keyGroups(c.cap) + gi) * c.stride
-	dequant4(dst[:d], packed, scale[g:][:d], zero[g:][:d], true)
+	dequant4(dst[:d], packed, scale[g:][:d], zero[g:][:d], 0)
 }
 
 // dequant4 sets dst (D values) to the values of a packed row: zero +
-// scale·code, with a scale and zero per channel (perChannel) or per
-// group of i4ChanGroup channels.
-func dequant4(dst []float32, packed []uint8, scale, zero []float32, perChannel bool) {
+// scale·code, with a scale and zero per channel (gs 0) or per group of
+// i4ChanGroup channels, those of successive groups gs apart.
+func dequant4(dst []float32, packed []uint8, scale, zero []float32, gs int) {
 	pw, d := len(packed), len(dst)
 	at := func(c int, code uint8) {
 		g := c
-		if !perChannel {
-			g = c / i4ChanGroup
+		if gs > 0 {
+			g = c / i4ChanGroup * gs
 		}
 		dst[c] = zero[g] + scale[g]*float32(code)
 	}
@@ -325,8 +342,10 @@ func (c *Cache) moveRowI4(dst, src int) {
 	copy(c.v4[dst*pw:][:pw], c.v4[src*pw:][:pw])
 	copy(c.k4s[dst*ng:][:ng], c.k4s[src*ng:][:ng])
 	copy(c.k4z[dst*ng:][:ng], c.k4z[src*ng:][:ng])
-	copy(c.v4s[dst*ng:][:ng], c.v4s[src*ng:][:ng])
-	copy(c.v4z[dst*ng:][:ng], c.v4z[src*ng:][:ng])
+	for cg := range ng {
+		i, j := c.valueGroup(dst, cg), c.valueGroup(src, cg)
+		c.v4s[i], c.v4z[i] = c.v4s[j], c.v4z[j]
+	}
 }
 
 // i4Scratch is a decode worker's memory for I4 blocks.
@@ -338,9 +357,6 @@ type i4Scratch struct {
 	qf   []float32 // [g][stride] queries times a key group's scales
 	z    []float32 // [g] or [g][chanGroups] query sums against zeros
 	pt   []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
-	// sg, zg are a channel group's value scales and zeros of a block's
-	// rows.
-	sg, zg []float32
 }
 
 func (sc *decodeScratch) i4() *i4Scratch {
@@ -352,8 +368,6 @@ func (sc *decodeScratch) i4() *i4Scratch {
 			qf:   make([]float32, sc.g*sc.stride),
 			z:    make([]float32, sc.g*ng),
 			pt:   make([]float32, ng*sc.g*decodeBlock),
-			sg:   make([]float32, decodeBlock),
-			zg:   make([]float32, decodeBlock),
 		}
 	}
 	return sc.q4
@@ -387,6 +401,11 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		m := end - j
 		scale := c.k4s[(bh*nk+gi)*st:][:d]
 		zero := c.k4z[(bh*nk+gi)*st:][:d]
+		if c.nativeI4() {
+			simd.DotRowsU4Q8(sc.s[j:], decodeBlock, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
+			j = end
+			continue
+		}
 		for r := range g {
 			copy(x.qf[r*st:][:d], sc.q[r*st:][:d])
 			x.z[r] = simd.Dot(sc.q[r*st:][:d], zero)
@@ -442,29 +461,29 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	row0 := off / st
 	ng := chanGroups(d)
 	x := sc.i4()
-	scale, zero := c.v4s[row0*ng:][:nb*ng], c.v4z[row0*ng:][:nb*ng]
 	v := c.v4[row0*pw:][:nb*pw]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
 		pt := x.pt[:g*decodeBlock]
-		// The group's scales and zeros of the block's rows, contiguous,
-		// so that the products with the probabilities run in the kernels.
-		sg, zg := scale, zero
-		if ng > 1 {
-			sg, zg = x.sg[:nb], x.zg[:nb]
-			for j := range nb {
-				sg[j], zg[j] = scale[j*ng+cg], zero[j*ng+cg]
-			}
-		}
-		copy(pt[:(g-1)*decodeBlock+nb], sc.s)
-		simd.ScaleColumns(pt, decodeBlock, g, sg)
+		i := c.valueGroup(row0, cg)
+		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
 		for r := range g {
 			x.zacc[r*ng+cg] += simd.Dot(sc.s[r*decodeBlock:][:nb], zg)
 		}
+		native := c.nativeI4()
+		if !native {
+			copy(pt[:(g-1)*decodeBlock+nb], sc.s)
+			simd.ScaleColumns(pt, decodeBlock, g, sg)
+		}
 		// The group's columns of each half of the packed rows.
 		halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
-			simd.GemmU4(g, p1-p0, nb, pt, decodeBlock, v[b:][:(nb-1)*pw+p1-p0], pw, sc.acc[p0:], st, true, hi)
+			vb := v[b:][:(nb-1)*pw+p1-p0]
+			if native {
+				simd.GemmU4BF16(g, p1-p0, nb, sc.s, decodeBlock, sg, vb, pw, sc.acc[p0:], st, hi)
+			} else {
+				simd.GemmU4(g, p1-p0, nb, pt, decodeBlock, vb, pw, sc.acc[p0:], st, true, hi)
+			}
 		})
 	}
 }
@@ -484,6 +503,15 @@ func (x *i4Scratch) addZeros(acc []float32, st, d int) {
 		}
 	}
 }
+
+// nativeI4 reports whether the decode step multiplies the codes in the
+// integer and bfloat16 arithmetic of the CPU (simd.NativeU4): keys
+// quantised per channel with queries rounded to int8 (simd.DotRowsU4Q8),
+// values with probabilities rounded to bfloat16 (simd.GemmU4BF16), as
+// llama.cpp's int4 dot products and FlashAttention's P·V round them.
+// Elsewhere, and for rows longer than DotRowsU4Q8 takes, queries and
+// probabilities stay float32.
+func (c *Cache) nativeI4() bool { return simd.NativeU4() && c.stride <= 512 }
 
 // halves calls f for the parts of channels [c0, c1) of packed rows of pw
 // bytes that lie in the low (hi false) and the high nibbles: the part's

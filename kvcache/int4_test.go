@@ -78,7 +78,7 @@ func TestQuantRow4(t *testing.T) {
 			packed[i] = 0xAB // must be overwritten
 		}
 		scale, zero := make([]float32, ng), make([]float32, ng)
-		quantRow4(packed, scale, zero, x, pw)
+		quantRow4(packed, scale, zero, 1, x, pw)
 		for cg := range ng {
 			c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
 			y := make([]float32, c1-c0)
@@ -98,7 +98,7 @@ func TestQuantRow4(t *testing.T) {
 	x := []float32{-math.MaxFloat32, math.MaxFloat32, 1, 0}
 	packed := make([]uint8, 8)
 	scale, zero := make([]float32, 1), make([]float32, 1)
-	quantRow4(packed, scale, zero, x, 8)
+	quantRow4(packed, scale, zero, 1, x, 8)
 	for c := range x {
 		if y := zero[0] + scale[0]*float32(getCode4(packed, c, 8)); math.IsInf(float64(y), 0) || math.IsNaN(float64(y)) {
 			t.Errorf("largest float32: [%d] = %v reads back as %v", c, x[c], y)
@@ -108,7 +108,7 @@ func TestQuantRow4(t *testing.T) {
 		x := []float32{1, bad, 2}
 		packed := make([]uint8, 8)
 		scale, zero := make([]float32, 1), make([]float32, 1)
-		quantRow4(packed, scale, zero, x, 8)
+		quantRow4(packed, scale, zero, 1, x, 8)
 		if !math.IsNaN(float64(scale[0])) || !math.IsNaN(float64(zero[0])) {
 			t.Errorf("row with %v: scale %v zero %v, want NaN", bad, scale[0], zero[0])
 		}
@@ -248,7 +248,7 @@ func checkStoredI4(t *testing.T, name string, c *Cache, k, v []float32, n int) {
 			for cg := range ng {
 				c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
 				checkGroup4(t, fmt.Sprintf("%s: head %d slot %d value group %d", name, bh, s, cg), x[c0:c1], y[c0:c1],
-					c.v4s[row*ng+cg], c.v4z[row*ng+cg])
+					c.v4s[c.valueGroup(row, cg)], c.v4z[c.valueGroup(row, cg)])
 			}
 		}
 	}
@@ -347,7 +347,7 @@ func TestI4Kernels(t *testing.T) {
 				total += n
 			}
 			sq := newSeq(rng, 2, tc.h, tc.hkv, total, tc.d)
-			runStored(t, sq, cfg, tc.chunks, 3, 2e-5)
+			runStored(t, sq, cfg, tc.chunks, 3, storedTol(I4, 2e-5))
 		}
 	}
 }
@@ -612,10 +612,10 @@ func TestI4AttendRanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := ref.RelErr(out, wantOut); e > 2e-5 {
+		if e := ref.RelErr(out, wantOut); e > storedTol(I4, 2e-5) {
 			t.Errorf("%+v: out rel err %.3g", cfg, e)
 		}
-		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 2e-5 {
+		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > storedTol(I4, 2e-5) {
 			t.Errorf("%+v: lse rel err %.3g %v", cfg, e, err)
 		}
 	}
@@ -748,10 +748,10 @@ func TestI4AttendShapes(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantOut, wantLSE := seq{sq.s, sq.q, k, v}.want(sh.n-1, sh.n, 0, 0)
-		if e := ref.RelErr(out, wantOut); e > 2e-5 {
+		if e := ref.RelErr(out, wantOut); e > storedTol(I4, 2e-5) {
 			t.Errorf("%+v: out rel err %.3g", sh, e)
 		}
-		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > 2e-5 {
+		if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > storedTol(I4, 2e-5) {
 			t.Errorf("%+v: lse rel err %.3g %v", sh, e, err)
 		}
 	}
