@@ -224,8 +224,9 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	spans := (held + spanLen - 1) / spanLen
 	items := s.B * s.HKV * spans
 
-	partOut := make([]float32, items*g*s.D)
-	partLSE := make([]float32, items*g)
+	part := getParts(items * g * (s.D + 1))
+	defer partsPool.Put(part)
+	partOut, partLSE := (*part)[:items*g*s.D], (*part)[items*g*s.D:]
 	var (
 		mu   sync.Mutex
 		used []*decodeScratch
@@ -275,6 +276,21 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 		}
 	}
 	return nil
+}
+
+// partsPool keeps the spans' partial outputs between steps: allocated
+// afresh, their pages were faulted in again at every step, which took
+// as long as the step's arithmetic on a VM measured.
+var partsPool sync.Pool
+
+// getParts returns a buffer of n float32 from partsPool, or a new one.
+func getParts(n int) *[]float32 {
+	if p, ok := partsPool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	p := make([]float32, n)
+	return &p
 }
 
 // mergeSpans sets o and *l to the attention output and lse of one query
