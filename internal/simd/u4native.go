@@ -58,12 +58,12 @@ func DotRowsU4Q8(s []float32, lds int, q []float32, ldq, rows int, scale, zero [
 // GemmU4BF16 is GemmU4 with C += A'·B always, where A' is A with each
 // column p times rs[p] (the scale of value row p of an int4 cache),
 // rounded to bfloat16 (to nearest even, subnormals to zero): for each
-// column of C, the products of
-// pairs of steps p, p+1 of k (p even; a missing last step counts 0) are
-// added to a float32 sum, that of p+1 first, each addition rounded, over
-// chunks of 256 steps, each chunk's sum then added to C. The codes are
-// exact in bfloat16, so only the rounding of A, 2^-9 of each term,
-// separates it from GemmU4. It panics as GemmU4 does.
+// column of C, the products of the steps p, p+1 of k (p even; a missing
+// last step counts 0) are added to a float32 sum, that of p+1 first,
+// each addition rounded and subnormal sums flushed to zero, over chunks
+// of 256 steps, each chunk's sum then added to C. The codes are exact in
+// bfloat16, so only the rounding of A', 2^-9 of each term, separates it
+// from GemmU4. It panics as GemmU4 does.
 func GemmU4BF16(m, n, k int, a []float32, lda int, rs []float32, b []uint8, ldb int, c []float32, ldc int, hi bool) {
 	checkGemm8(m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	if m == 0 || n == 0 || k == 0 {
@@ -167,8 +167,8 @@ func gemmU4BF16Generic(m, n, k int, a []float32, lda int, rs []float32, b []uint
 		}
 		return float32(v & 15)
 	}
+	ar := make([]float32, k)
 	for i := range m {
-		ar := make([]float32, k)
 		for p, v := range a[i*lda:][:k] {
 			ar[p] = RoundBF16(float32(v * rs[p]))
 		}
