@@ -33,11 +33,21 @@
 // a standard deviation, so that each value is off by about 9% rms and the
 // attention output by over 10%; the concentrated attention and
 // structured keys of trained models fare better. Its
-// kernels read the codes in place, widening them in registers, the key
-// scales folded into the queries and the value scales into the
-// probabilities; widening takes several instructions a code, so the step
-// is bound by that arithmetic rather than by memory. An evicting cache
-// quantises keys per token too (see int4.go).
+// kernels read the codes in place, the key scales folded into the
+// queries and the value scales into the probabilities. Where the CPU
+// multiplies small integers and bfloat16 (the avx512bf16 kernels with
+// AVX512-VNNI, simd.NativeU4), the queries are rounded to int8 and meet
+// the key codes as integers, and the probabilities are rounded to
+// bfloat16 and meet the value codes as bfloat16, as llama.cpp's int4 dot
+// products and FlashAttention's P·V round them, many products an
+// instruction where widening (what the other families do) takes several
+// instructions a code; the step stays bound by arithmetic rather than by
+// memory. The rounding
+// of the queries moves each score by up to 1/254 of the query's largest
+// value times the codes; on the long-context model it left decoded
+// perplexity where float32 queries had it (results/2026-12-06). An
+// evicting cache quantises keys per token too (see int4.go), and its
+// keys are widened in every family.
 //
 // # Rotation
 //

@@ -468,8 +468,11 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 		pt := x.pt[:g*decodeBlock]
 		i := c.valueGroup(row0, cg)
 		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
+		// Σ_j p_j·zero_j for the g rows in one call: zg as the one key of
+		// DotRows.
+		simd.DotRows(x.z, 1, sc.s, decodeBlock, g, zg, nb, 1, nb)
 		for r := range g {
-			x.zacc[r*ng+cg] += simd.Dot(sc.s[r*decodeBlock:][:nb], zg)
+			x.zacc[r*ng+cg] += x.z[r]
 		}
 		native := c.nativeI4()
 		if !native {

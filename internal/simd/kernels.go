@@ -34,7 +34,8 @@ var amxNote string
 // Kernels names the family of kernels in use: "amx" (avx512bf16 and the
 // AMX tiles of Intel CPUs for bfloat16 attention, see AttendAMX),
 // "avx512bf16" (AVX-512 with the bfloat16 dot products of AVX512-BF16 for
-// 16-bit KV caches),
+// 16-bit KV caches, and, where the CPU has AVX512-VNNI too, the int4
+// decode kernels of NativeU4),
 // "avx512" (AVX-512 F, BW, VL and DQ), "avx2" (AVX2 and FMA), "neon"
 // (arm64 Advanced SIMD) or "generic" (plain Go, the only family of a
 // purego build or another architecture). By default it is the most capable family the CPU and
