@@ -95238,6 +95238,9 @@ r4tnext:
 	CMPQ         SI, R8
 	JL           r4tchunk
 	MOVL         $0x0000ffff, AX
+	MOVQ         $0x00000010, BX
+	CMPQ         DX, BX
+	CMOVQGT      BX, DX
 	BZHIL        DX, AX, AX
 	KMOVW        AX, K1
 	MOVQ         lds+24(FP), AX
@@ -96780,6 +96783,9 @@ r2tnext:
 	CMPQ         SI, R8
 	JL           r2tchunk
 	MOVL         $0x0000ffff, AX
+	MOVQ         $0x00000010, BX
+	CMPQ         DX, BX
+	CMOVQGT      BX, DX
 	BZHIL        DX, AX, AX
 	KMOVW        AX, K1
 	MOVQ         lds+24(FP), AX
@@ -98004,6 +98010,9 @@ r1tnext:
 	CMPQ         SI, R8
 	JL           r1tchunk
 	MOVL         $0x0000ffff, AX
+	MOVQ         $0x00000010, BX
+	CMPQ         DX, BX
+	CMOVQGT      BX, DX
 	BZHIL        DX, AX, AX
 	KMOVW        AX, K1
 	MOVQ         lds+24(FP), AX

@@ -427,11 +427,7 @@ func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz Mem)
 	// s = float(sum)·scale + Σ q·zero, rounded twice (see DotRowsU4Q8).
 	var ks Register
 	if !full {
-		bits, ones := GP32(), GP32()
-		MOVL(U32(0xffff), ones)
-		BZHIL(j.(GPVirtual).As32(), ones, bits)
-		ks = K()
-		KMOVW(bits, ks)
+		ks = maskUpTo16(j)
 	}
 	lds := Load(Param("lds"), GP64())
 	SHLQ(U8(2), lds)
