@@ -107,8 +107,8 @@ func (cfg *BenchConfig) Check() error {
 			return fmt.Errorf("%w: decode needs cache head counts and storage types", attn.ErrInput)
 		}
 		for _, t := range cfg.DTypes {
-			if _, err := kvcache.ParseDType(t); err != nil {
-				return fmt.Errorf("%w: dtype %q: want f32, bf16, f16, i8 or i4", attn.ErrInput, t)
+			if _, _, err := kvcache.ParseStorage(t); err != nil {
+				return fmt.Errorf("%w: dtype %q: want f32, bf16, f16, i8 or i4, each with +rot or not", attn.ErrInput, t)
 			}
 		}
 		for _, hkv := range cfg.HKVs {
@@ -374,7 +374,7 @@ func (sw *sweep) forecastRow(k rowKey) (float64, bool) {
 	known := ok
 	if !ok {
 		if sw.cfg.Mode == Decode {
-			dt, _ := kvcache.ParseDType(k.dtype)
+			dt, _, _ := kvcache.ParseStorage(k.dtype)
 			est = float64(kvBytes(s, dt)) / 5e9
 		} else {
 			est = eval.ExactFlops(s, k.causal) / (sw.unknownGFlops() * 1e9)

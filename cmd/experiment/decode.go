@@ -50,7 +50,7 @@ func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, err
 			s := attn.Shape{B: cfg.B, H: cfg.H, HKV: hkv, N: 1, M: n, D: cfg.D}
 			var in *decodeInputs
 			for _, dtype := range cfg.DTypes {
-				dt, _ := kvcache.ParseDType(dtype)
+				dt, _, _ := kvcache.ParseStorage(dtype)
 				for _, mech := range mechs {
 					row := eval.Row{
 						Mode: Decode, Mech: mech.name, B: s.B, H: s.H, HKV: hkv, N: n, M: n, D: s.D,
@@ -192,7 +192,7 @@ func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, mech mechanism, s
 	}
 	row.GFlops, row.GBps = 0, 0
 	if mech.name == "exact" {
-		dt, _ := kvcache.ParseDType(dtype)
+		dt, _, _ := kvcache.ParseStorage(dtype)
 		row.GBps = float64(kvBytes(s, dt)) / row.Seconds / 1e9
 		row.GFlops = eval.GFlops(eval.ExactFlops(s, false), row.Seconds)
 	}
