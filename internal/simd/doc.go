@@ -6,7 +6,9 @@
 // DotRows, DotRowsBF16, DotRowsF16, GemmBF16, GemmF16, DotRowsBF16Native,
 // GemmBF16Native, and DotRowsPF,
 // DotRowsBF16PF, DotRowsF16PF and GemmPF with a prefetch hint; for an
-// int8 cache DotRowsI8, DotRowsI8PF, GemmI8, WidenI8 and ScaleColumns),
+// int8 cache DotRowsI8, DotRowsI8PF, GemmI8, WidenI8 and ScaleColumns;
+// for an int4 one DotRowsU4 and GemmU4, and DotRowsU4Q8 and GemmU4BF16
+// in the integer and bfloat16 arithmetic of the CPU, see NativeU4),
 // those of the fused attention tile (GemmPanels, OnlineSoftmax,
 // AttendPanels, PanelFromRows, RowsFromPanel), the bfloat16 attention
 // tile on Intel's AMX (AttendAMX, with PackQAMX, PackKAMX and PackVAMX),
@@ -66,7 +68,12 @@
 // zero) once a call into the frame: the queries of a group of rows, in
 // parts of 512 values, and the probabilities of a block of 6 rows, 256
 // keys at a time. The Go assembler lacks both instructions: the generator
-// emits their EVEX encodings as BYTEs.
+// emits their EVEX encodings as BYTEs. Where the CPU also has
+// AVX512-VNNI, the family runs DotRowsU4Q8 (int8 queries against int4
+// codes by VPDPBUSD, 16 packed rows transposed as dwords so that lanes
+// are keys) and GemmU4BF16 (bfloat16 probabilities against the codes
+// looked up as bfloat16, by VDPBF16PS) in assembly; the other families
+// run their Go definitions, which the assembly matches bit for bit.
 //
 // The amx family adds AttendAMX, a whole query tile of exact attention
 // (up to 64 rows: the query heads of a group times positions) against
