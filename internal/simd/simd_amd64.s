@@ -93170,25 +93170,41 @@ TEXT ·dotRowsU4Q8AVX512BF16(SB), $2080-176
 	MOVQ      d+160(FP), SI
 
 r4q0max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z5
-	VMOVUPS.Z     (AX)(BX*4), K1, Z6
-	VMULPS        Z6, Z5, Z6
-	VMOVUPS.Z     (DX)(BX*4), K1, Z7
-	VMULPS        Z7, Z5, Z7
-	VADDPS        Z7, Z2, Z2
-	VANDPS        Z4, Z6, Z7
-	VMAXPS        Z7, Z0, Z0
-	VFMADD231PS   Z3, Z6, Z1
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r4q0max
+	CMPQ        SI, $0x10
+	JL          r4q0maxt
+	VMOVUPS     (CX)(BX*4), Z5
+	VMOVUPS     (AX)(BX*4), Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS     (DX)(BX*4), Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r4q0max
+
+r4q0maxt:
+	TESTQ       SI, SI
+	JLE         r4q0maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z5
+	VMOVUPS.Z   (AX)(BX*4), K1, Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS.Z   (DX)(BX*4), K1, Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+
+r4q0maxd:
 	VEXTRACTF32X8 $0x01, Z2, Y4
 	VADDPS        Y4, Y2, Y2
 	VEXTRACTF32X4 $0x01, Y2, X4
@@ -93242,17 +93258,10 @@ r4q0loz:
 	JMP       r4q0loz
 
 r4q0lo:
-	TESTQ     DX, DX
-	JLE       r4q0loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q0lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93261,6 +93270,22 @@ r4q0lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q0lo
+
+r4q0lot:
+	TESTQ     DX, DX
+	JLE       r4q0loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q0loend:
 	MOVQ    d+160(FP), DX
@@ -93285,17 +93310,10 @@ r4q0hiz:
 	JMP       r4q0hiz
 
 r4q0hi:
-	TESTQ     DX, DX
-	JLE       r4q0hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q0hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93304,6 +93322,22 @@ r4q0hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q0hi
+
+r4q0hit:
+	TESTQ     DX, DX
+	JLE       r4q0hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q0hiend:
 	// Query row 1 to int8.
@@ -93326,25 +93360,41 @@ r4q0hiend:
 	MOVQ      d+160(FP), SI
 
 r4q1max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z1
-	VMOVUPS.Z     (AX)(BX*4), K1, Z2
-	VMULPS        Z2, Z1, Z2
-	VMOVUPS.Z     (DX)(BX*4), K1, Z3
-	VMULPS        Z3, Z1, Z3
-	VADDPS        Z3, Z10, Z10
-	VANDPS        Z0, Z2, Z3
-	VMAXPS        Z3, Z8, Z8
-	VFMADD231PS   Z11, Z2, Z9
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r4q1max
+	CMPQ        SI, $0x10
+	JL          r4q1maxt
+	VMOVUPS     (CX)(BX*4), Z1
+	VMOVUPS     (AX)(BX*4), Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS     (DX)(BX*4), Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z10, Z10
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z8, Z8
+	VFMADD231PS Z11, Z2, Z9
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r4q1max
+
+r4q1maxt:
+	TESTQ       SI, SI
+	JLE         r4q1maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z1
+	VMOVUPS.Z   (AX)(BX*4), K1, Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS.Z   (DX)(BX*4), K1, Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z10, Z10
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z8, Z8
+	VFMADD231PS Z11, Z2, Z9
+
+r4q1maxd:
 	VEXTRACTF32X8 $0x01, Z10, Y0
 	VADDPS        Y0, Y10, Y10
 	VEXTRACTF32X4 $0x01, Y10, X0
@@ -93398,17 +93448,10 @@ r4q1loz:
 	JMP       r4q1loz
 
 r4q1lo:
-	TESTQ     DX, DX
-	JLE       r4q1loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q1lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93417,6 +93460,22 @@ r4q1lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q1lo
+
+r4q1lot:
+	TESTQ     DX, DX
+	JLE       r4q1loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q1loend:
 	MOVQ    d+160(FP), DX
@@ -93441,17 +93500,10 @@ r4q1hiz:
 	JMP       r4q1hiz
 
 r4q1hi:
-	TESTQ     DX, DX
-	JLE       r4q1hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q1hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93460,6 +93512,22 @@ r4q1hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q1hi
+
+r4q1hit:
+	TESTQ     DX, DX
+	JLE       r4q1hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q1hiend:
 	// Query row 2 to int8.
@@ -93482,25 +93550,41 @@ r4q1hiend:
 	MOVQ      d+160(FP), SI
 
 r4q2max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z1
-	VMOVUPS.Z     (AX)(BX*4), K1, Z2
-	VMULPS        Z2, Z1, Z2
-	VMOVUPS.Z     (DX)(BX*4), K1, Z3
-	VMULPS        Z3, Z1, Z3
-	VADDPS        Z3, Z14, Z14
-	VANDPS        Z0, Z2, Z3
-	VMAXPS        Z3, Z12, Z12
-	VFMADD231PS   Z15, Z2, Z13
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r4q2max
+	CMPQ        SI, $0x10
+	JL          r4q2maxt
+	VMOVUPS     (CX)(BX*4), Z1
+	VMOVUPS     (AX)(BX*4), Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS     (DX)(BX*4), Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z14, Z14
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z12, Z12
+	VFMADD231PS Z15, Z2, Z13
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r4q2max
+
+r4q2maxt:
+	TESTQ       SI, SI
+	JLE         r4q2maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z1
+	VMOVUPS.Z   (AX)(BX*4), K1, Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS.Z   (DX)(BX*4), K1, Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z14, Z14
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z12, Z12
+	VFMADD231PS Z15, Z2, Z13
+
+r4q2maxd:
 	VEXTRACTF32X8 $0x01, Z14, Y0
 	VADDPS        Y0, Y14, Y14
 	VEXTRACTF32X4 $0x01, Y14, X0
@@ -93554,17 +93638,10 @@ r4q2loz:
 	JMP       r4q2loz
 
 r4q2lo:
-	TESTQ     DX, DX
-	JLE       r4q2loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q2lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93573,6 +93650,22 @@ r4q2lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q2lo
+
+r4q2lot:
+	TESTQ     DX, DX
+	JLE       r4q2loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q2loend:
 	MOVQ    d+160(FP), DX
@@ -93597,17 +93690,10 @@ r4q2hiz:
 	JMP       r4q2hiz
 
 r4q2hi:
-	TESTQ     DX, DX
-	JLE       r4q2hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q2hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93616,6 +93702,22 @@ r4q2hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q2hi
+
+r4q2hit:
+	TESTQ     DX, DX
+	JLE       r4q2hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q2hiend:
 	// Query row 3 to int8.
@@ -93638,25 +93740,41 @@ r4q2hiend:
 	MOVQ      d+160(FP), SI
 
 r4q3max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z1
-	VMOVUPS.Z     (AX)(BX*4), K1, Z2
-	VMULPS        Z2, Z1, Z2
-	VMOVUPS.Z     (DX)(BX*4), K1, Z3
-	VMULPS        Z3, Z1, Z3
-	VADDPS        Z3, Z18, Z18
-	VANDPS        Z0, Z2, Z3
-	VMAXPS        Z3, Z16, Z16
-	VFMADD231PS   Z19, Z2, Z17
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r4q3max
+	CMPQ        SI, $0x10
+	JL          r4q3maxt
+	VMOVUPS     (CX)(BX*4), Z1
+	VMOVUPS     (AX)(BX*4), Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS     (DX)(BX*4), Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z18, Z18
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z16, Z16
+	VFMADD231PS Z19, Z2, Z17
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r4q3max
+
+r4q3maxt:
+	TESTQ       SI, SI
+	JLE         r4q3maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z1
+	VMOVUPS.Z   (AX)(BX*4), K1, Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS.Z   (DX)(BX*4), K1, Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z18, Z18
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z16, Z16
+	VFMADD231PS Z19, Z2, Z17
+
+r4q3maxd:
 	VEXTRACTF32X8 $0x01, Z18, Y0
 	VADDPS        Y0, Y18, Y18
 	VEXTRACTF32X4 $0x01, Y18, X0
@@ -93710,17 +93828,10 @@ r4q3loz:
 	JMP       r4q3loz
 
 r4q3lo:
-	TESTQ     DX, DX
-	JLE       r4q3loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q3lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93729,6 +93840,22 @@ r4q3lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q3lo
+
+r4q3lot:
+	TESTQ     DX, DX
+	JLE       r4q3loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q3loend:
 	MOVQ    d+160(FP), DX
@@ -93753,17 +93880,10 @@ r4q3hiz:
 	JMP       r4q3hiz
 
 r4q3hi:
-	TESTQ     DX, DX
-	JLE       r4q3hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r4q3hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -93772,6 +93892,22 @@ r4q3hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r4q3hi
+
+r4q3hit:
+	TESTQ     DX, DX
+	JLE       r4q3hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r4q3hiend:
 	MOVQ k_base+120(FP), AX
@@ -95307,25 +95443,41 @@ r2:
 	MOVQ      d+160(FP), SI
 
 r2q0max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z5
-	VMOVUPS.Z     (AX)(BX*4), K1, Z6
-	VMULPS        Z6, Z5, Z6
-	VMOVUPS.Z     (DX)(BX*4), K1, Z7
-	VMULPS        Z7, Z5, Z7
-	VADDPS        Z7, Z2, Z2
-	VANDPS        Z4, Z6, Z7
-	VMAXPS        Z7, Z0, Z0
-	VFMADD231PS   Z3, Z6, Z1
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r2q0max
+	CMPQ        SI, $0x10
+	JL          r2q0maxt
+	VMOVUPS     (CX)(BX*4), Z5
+	VMOVUPS     (AX)(BX*4), Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS     (DX)(BX*4), Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r2q0max
+
+r2q0maxt:
+	TESTQ       SI, SI
+	JLE         r2q0maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z5
+	VMOVUPS.Z   (AX)(BX*4), K1, Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS.Z   (DX)(BX*4), K1, Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+
+r2q0maxd:
 	VEXTRACTF32X8 $0x01, Z2, Y4
 	VADDPS        Y4, Y2, Y2
 	VEXTRACTF32X4 $0x01, Y2, X4
@@ -95379,17 +95531,10 @@ r2q0loz:
 	JMP       r2q0loz
 
 r2q0lo:
-	TESTQ     DX, DX
-	JLE       r2q0loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r2q0lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -95398,6 +95543,22 @@ r2q0lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r2q0lo
+
+r2q0lot:
+	TESTQ     DX, DX
+	JLE       r2q0loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r2q0loend:
 	MOVQ    d+160(FP), DX
@@ -95422,17 +95583,10 @@ r2q0hiz:
 	JMP       r2q0hiz
 
 r2q0hi:
-	TESTQ     DX, DX
-	JLE       r2q0hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r2q0hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -95441,6 +95595,22 @@ r2q0hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r2q0hi
+
+r2q0hit:
+	TESTQ     DX, DX
+	JLE       r2q0hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r2q0hiend:
 	// Query row 1 to int8.
@@ -95463,25 +95633,41 @@ r2q0hiend:
 	MOVQ      d+160(FP), SI
 
 r2q1max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z1
-	VMOVUPS.Z     (AX)(BX*4), K1, Z2
-	VMULPS        Z2, Z1, Z2
-	VMOVUPS.Z     (DX)(BX*4), K1, Z3
-	VMULPS        Z3, Z1, Z3
-	VADDPS        Z3, Z10, Z10
-	VANDPS        Z0, Z2, Z3
-	VMAXPS        Z3, Z8, Z8
-	VFMADD231PS   Z11, Z2, Z9
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r2q1max
+	CMPQ        SI, $0x10
+	JL          r2q1maxt
+	VMOVUPS     (CX)(BX*4), Z1
+	VMOVUPS     (AX)(BX*4), Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS     (DX)(BX*4), Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z10, Z10
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z8, Z8
+	VFMADD231PS Z11, Z2, Z9
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r2q1max
+
+r2q1maxt:
+	TESTQ       SI, SI
+	JLE         r2q1maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z1
+	VMOVUPS.Z   (AX)(BX*4), K1, Z2
+	VMULPS      Z2, Z1, Z2
+	VMOVUPS.Z   (DX)(BX*4), K1, Z3
+	VMULPS      Z3, Z1, Z3
+	VADDPS      Z3, Z10, Z10
+	VANDPS      Z0, Z2, Z3
+	VMAXPS      Z3, Z8, Z8
+	VFMADD231PS Z11, Z2, Z9
+
+r2q1maxd:
 	VEXTRACTF32X8 $0x01, Z10, Y0
 	VADDPS        Y0, Y10, Y10
 	VEXTRACTF32X4 $0x01, Y10, X0
@@ -95535,17 +95721,10 @@ r2q1loz:
 	JMP       r2q1loz
 
 r2q1lo:
-	TESTQ     DX, DX
-	JLE       r2q1loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r2q1lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -95554,6 +95733,22 @@ r2q1lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r2q1lo
+
+r2q1lot:
+	TESTQ     DX, DX
+	JLE       r2q1loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r2q1loend:
 	MOVQ    d+160(FP), DX
@@ -95578,17 +95773,10 @@ r2q1hiz:
 	JMP       r2q1hiz
 
 r2q1hi:
-	TESTQ     DX, DX
-	JLE       r2q1hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r2q1hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -95597,6 +95785,22 @@ r2q1hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r2q1hi
+
+r2q1hit:
+	TESTQ     DX, DX
+	JLE       r2q1hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r2q1hiend:
 	MOVQ k_base+120(FP), AX
@@ -96832,25 +97036,41 @@ r1:
 	MOVQ      d+160(FP), SI
 
 r1q0max:
-	MOVL          $0x0000ffff, DI
-	MOVQ          SI, R8
-	MOVQ          $0x00000010, R9
-	CMPQ          R8, R9
-	CMOVQGT       R9, R8
-	BZHIL         R8, DI, DI
-	KMOVW         DI, K1
-	VMOVUPS.Z     (CX)(BX*4), K1, Z5
-	VMOVUPS.Z     (AX)(BX*4), K1, Z6
-	VMULPS        Z6, Z5, Z6
-	VMOVUPS.Z     (DX)(BX*4), K1, Z7
-	VMULPS        Z7, Z5, Z7
-	VADDPS        Z7, Z2, Z2
-	VANDPS        Z4, Z6, Z7
-	VMAXPS        Z7, Z0, Z0
-	VFMADD231PS   Z3, Z6, Z1
-	ADDQ          $0x10, BX
-	SUBQ          $0x10, SI
-	JG            r1q0max
+	CMPQ        SI, $0x10
+	JL          r1q0maxt
+	VMOVUPS     (CX)(BX*4), Z5
+	VMOVUPS     (AX)(BX*4), Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS     (DX)(BX*4), Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+	ADDQ        $0x10, BX
+	SUBQ        $0x10, SI
+	JMP         r1q0max
+
+r1q0maxt:
+	TESTQ       SI, SI
+	JLE         r1q0maxd
+	MOVL        $0x0000ffff, DI
+	MOVQ        $0x00000010, R8
+	CMPQ        SI, R8
+	CMOVQGT     R8, SI
+	BZHIL       SI, DI, SI
+	KMOVW       SI, K1
+	VMOVUPS.Z   (CX)(BX*4), K1, Z5
+	VMOVUPS.Z   (AX)(BX*4), K1, Z6
+	VMULPS      Z6, Z5, Z6
+	VMOVUPS.Z   (DX)(BX*4), K1, Z7
+	VMULPS      Z7, Z5, Z7
+	VADDPS      Z7, Z2, Z2
+	VANDPS      Z4, Z6, Z7
+	VMAXPS      Z7, Z0, Z0
+	VFMADD231PS Z3, Z6, Z1
+
+r1q0maxd:
 	VEXTRACTF32X8 $0x01, Z2, Y4
 	VADDPS        Y4, Y2, Y2
 	VEXTRACTF32X4 $0x01, Y2, X4
@@ -96904,17 +97124,10 @@ r1q0loz:
 	JMP       r1q0loz
 
 r1q0lo:
-	TESTQ     DX, DX
-	JLE       r1q0loend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r1q0lot
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -96923,6 +97136,22 @@ r1q0lo:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r1q0lo
+
+r1q0lot:
+	TESTQ     DX, DX
+	JLE       r1q0loend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r1q0loend:
 	MOVQ    d+160(FP), DX
@@ -96947,17 +97176,10 @@ r1q0hiz:
 	JMP       r1q0hiz
 
 r1q0hi:
-	TESTQ     DX, DX
-	JLE       r1q0hiend
-	MOVL      $0x0000ffff, DI
-	MOVQ      DX, R8
-	MOVQ      $0x00000010, R9
-	CMPQ      R8, R9
-	CMOVQGT   R9, R8
-	BZHIL     R8, DI, DI
-	KMOVW     DI, K1
-	VMOVUPS.Z (CX)(BX*4), K1, Z1
-	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	CMPQ      DX, $0x10
+	JL        r1q0hit
+	VMOVUPS   (CX)(BX*4), Z1
+	VMOVUPS   (AX)(BX*4), Z2
 	VMULPS    Z2, Z1, Z1
 	VMULPS    Z0, Z1, Z1
 	VCVTPS2DQ Z1, Z1
@@ -96966,6 +97188,22 @@ r1q0hi:
 	ADDQ      $0x10, SI
 	SUBQ      $0x10, DX
 	JMP       r1q0hi
+
+r1q0hit:
+	TESTQ     DX, DX
+	JLE       r1q0hiend
+	MOVL      $0x0000ffff, DI
+	MOVQ      $0x00000010, R8
+	CMPQ      DX, R8
+	CMOVQGT   R8, DX
+	BZHIL     DX, DI, DX
+	KMOVW     DX, K1
+	VMOVUPS.Z (CX)(BX*4), K1, Z1
+	VMOVUPS.Z (AX)(BX*4), K1, Z2
+	VMULPS    Z2, Z1, Z1
+	VMULPS    Z0, Z1, Z1
+	VCVTPS2DQ Z1, Z1
+	VPMOVSDB  Z1, (SI)
 
 r1q0hiend:
 	MOVQ k_base+120(FP), AX

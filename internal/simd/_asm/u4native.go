@@ -173,14 +173,13 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 	i, cnt := GP64(), GP64()
 	XORQ(i, i)
 	Load(Param("d"), cnt)
-	Label(pre + "max")
-	{
-		km := maskUpTo16(cnt)
+	// Whole chunks of 16 values unmasked, then the last under a mask.
+	maxBody := func(km Register) {
 		x, y, w := ZMM(), ZMM(), ZMM()
-		VMOVUPS_Z(Mem{Base: src, Index: i, Scale: 4}, km, x)
-		VMOVUPS_Z(Mem{Base: sc, Index: i, Scale: 4}, km, y)
+		maskedLoad(Mem{Base: src, Index: i, Scale: 4}, km, x)
+		maskedLoad(Mem{Base: sc, Index: i, Scale: 4}, km, y)
 		VMULPS(y, x, y)
-		VMOVUPS_Z(Mem{Base: ze, Index: i, Scale: 4}, km, w)
+		maskedLoad(Mem{Base: ze, Index: i, Scale: 4}, km, w)
 		VMULPS(w, x, w)
 		VADDPS(w, zs, zs)
 		VANDPS(abs, y, w)
@@ -188,9 +187,18 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 		// y·0 is NaN exactly where y is NaN or infinite.
 		VFMADD231PS(z, y, bad)
 	}
+	Label(pre + "max")
+	CMPQ(cnt, U8(16))
+	JL(LabelRef(pre + "maxt"))
+	maxBody(nil)
 	ADDQ(U8(16), i)
 	SUBQ(U8(16), cnt)
-	JG(LabelRef(pre + "max"))
+	JMP(LabelRef(pre + "max"))
+	Label(pre + "maxt")
+	TESTQ(cnt, cnt)
+	JLE(LabelRef(pre + "maxd"))
+	maxBody(maskUpTo16(cnt))
+	Label(pre + "maxd")
 	VMOVSS(reduce16(zs, false), qz)
 	m := reduce16(mx, true)
 	b := reduce16(bad, false)
@@ -221,21 +229,27 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 		VMOVDQU64(z, Mem{Base: d, Index: e, Scale: 1})
 		ADDQ(U8(64), e)
 		JMP(LabelRef(pre + name + "z"))
+		body := func(km Register) {
+			x, y := ZMM(), ZMM()
+			maskedLoad(Mem{Base: src, Index: c0, Scale: 4}, km, x)
+			maskedLoad(Mem{Base: sc, Index: c0, Scale: 4}, km, y)
+			VMULPS(y, x, x)
+			VMULPS(invB, x, x)
+			VCVTPS2DQ(x, x)
+			VPMOVSDB(x, Mem{Base: d})
+		}
 		Label(pre + name)
-		TESTQ(count, count)
-		JLE(LabelRef(pre + name + "end"))
-		km := maskUpTo16(count)
-		x, y := ZMM(), ZMM()
-		VMOVUPS_Z(Mem{Base: src, Index: c0, Scale: 4}, km, x)
-		VMOVUPS_Z(Mem{Base: sc, Index: c0, Scale: 4}, km, y)
-		VMULPS(y, x, x)
-		VMULPS(invB, x, x)
-		VCVTPS2DQ(x, x)
-		VPMOVSDB(x, Mem{Base: d})
+		CMPQ(count, U8(16))
+		JL(LabelRef(pre + name + "t"))
+		body(nil)
 		ADDQ(U8(16), c0)
 		ADDQ(U8(16), d)
 		SUBQ(U8(16), count)
 		JMP(LabelRef(pre + name))
+		Label(pre + name + "t")
+		TESTQ(count, count)
+		JLE(LabelRef(pre + name + "end"))
+		body(maskUpTo16(count))
 		Label(pre + name + "end")
 	}
 	// Low half: min(d, pw) values from channel 0.
@@ -255,6 +269,16 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 	TESTQ(hi, hi)
 	CMOVQLT(none, hi)
 	half("hi", c1, hi, dst.Offset(q8Half))
+}
+
+// maskedLoad loads 16 float32 at m, only those of km (the others zero)
+// when it is not nil.
+func maskedLoad(m Mem, km Register, v VecVirtual) {
+	if km == nil {
+		VMOVUPS(m, v)
+		return
+	}
+	VMOVUPS_Z(m, km, v)
 }
 
 // maskUpTo16 returns an opmask of the first min(cnt, 16) lanes (cnt > 0).
