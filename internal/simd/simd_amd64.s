@@ -93137,6 +93137,297 @@ done:
 	VZEROUPPER
 	RET
 
+// func expSumAVX512(x []float32, shift float32) float32
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, BMI2, CMOV, SSE
+TEXT ·expSumAVX512(SB), NOSPLIT, $0-36
+	MOVQ         x_base+0(FP), AX
+	MOVQ         x_len+8(FP), CX
+	MOVSS        shift+24(FP), X0
+	VBROADCASTSS X0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+
+loop32:
+	CMPQ              CX, $0x20
+	JL                loop16
+	VMOVUPS           (AX), Z7
+	VMOVUPS           64(AX), Z8
+	VSUBPS            Z0, Z7, Z7
+	VMULPS.BCST       expLog2e<>+0(SB), Z7, Z9
+	VRNDSCALEPS       $0x00, Z9, Z9
+	VMOVAPS           Z7, Z10
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z9, Z10
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z9, Z10
+	VBROADCASTSS      expC5<>+0(SB), Z11
+	VFMADD213PS.BCST  expC4<>+0(SB), Z10, Z11
+	VFMADD213PS.BCST  expC3<>+0(SB), Z10, Z11
+	VFMADD213PS.BCST  expC2<>+0(SB), Z10, Z11
+	VFMADD213PS.BCST  expC1<>+0(SB), Z10, Z11
+	VFMADD213PS.BCST  expC0<>+0(SB), Z10, Z11
+	VMULPS            Z10, Z10, Z12
+	VFMADD213PS       Z10, Z12, Z11
+	VADDPS.BCST       one<>+0(SB), Z11, Z11
+	VCVTTPS2DQ        Z9, Z9
+	VPSLLD            $0x17, Z9, Z9
+	VPADDD            Z9, Z11, Z11
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z7, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z7, K2
+	VPXORD            Z3, Z3, Z3
+	VBROADCASTSS      posInf<>+0(SB), Z7
+	VBLENDMPS         Z3, Z11, K1, Z11
+	VBLENDMPS         Z7, Z11, K2, Z11
+	VADDPS            Z11, Z1, Z1
+	VSUBPS            Z0, Z8, Z8
+	VMULPS.BCST       expLog2e<>+0(SB), Z8, Z7
+	VRNDSCALEPS       $0x00, Z7, Z7
+	VMOVAPS           Z8, Z9
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z7, Z9
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z7, Z9
+	VBROADCASTSS      expC5<>+0(SB), Z10
+	VFMADD213PS.BCST  expC4<>+0(SB), Z9, Z10
+	VFMADD213PS.BCST  expC3<>+0(SB), Z9, Z10
+	VFMADD213PS.BCST  expC2<>+0(SB), Z9, Z10
+	VFMADD213PS.BCST  expC1<>+0(SB), Z9, Z10
+	VFMADD213PS.BCST  expC0<>+0(SB), Z9, Z10
+	VMULPS            Z9, Z9, Z12
+	VFMADD213PS       Z9, Z12, Z10
+	VADDPS.BCST       one<>+0(SB), Z10, Z10
+	VCVTTPS2DQ        Z7, Z7
+	VPSLLD            $0x17, Z7, Z7
+	VPADDD            Z7, Z10, Z10
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z8, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z8, K2
+	VPXORD            Z4, Z4, Z4
+	VBROADCASTSS      posInf<>+0(SB), Z7
+	VBLENDMPS         Z4, Z10, K1, Z10
+	VBLENDMPS         Z7, Z10, K2, Z10
+	VADDPS            Z10, Z2, Z2
+	VMOVUPS           Z11, (AX)
+	VMOVUPS           Z10, 64(AX)
+	ADDQ              $0x80, AX
+	SUBQ              $0x20, CX
+	JMP               loop32
+
+loop16:
+	CMPQ              CX, $0x10
+	JL                tail
+	VMOVUPS           (AX), Z3
+	VSUBPS            Z0, Z3, Z3
+	VMULPS.BCST       expLog2e<>+0(SB), Z3, Z4
+	VRNDSCALEPS       $0x00, Z4, Z4
+	VMOVAPS           Z3, Z7
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z4, Z7
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z4, Z7
+	VBROADCASTSS      expC5<>+0(SB), Z8
+	VFMADD213PS.BCST  expC4<>+0(SB), Z7, Z8
+	VFMADD213PS.BCST  expC3<>+0(SB), Z7, Z8
+	VFMADD213PS.BCST  expC2<>+0(SB), Z7, Z8
+	VFMADD213PS.BCST  expC1<>+0(SB), Z7, Z8
+	VFMADD213PS.BCST  expC0<>+0(SB), Z7, Z8
+	VMULPS            Z7, Z7, Z9
+	VFMADD213PS       Z7, Z9, Z8
+	VADDPS.BCST       one<>+0(SB), Z8, Z8
+	VCVTTPS2DQ        Z4, Z4
+	VPSLLD            $0x17, Z4, Z4
+	VPADDD            Z4, Z8, Z8
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z3, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z3, K2
+	VPXORD            Z5, Z5, Z5
+	VBROADCASTSS      posInf<>+0(SB), Z3
+	VBLENDMPS         Z5, Z8, K1, Z8
+	VBLENDMPS         Z3, Z8, K2, Z8
+	VADDPS            Z8, Z1, Z1
+	VMOVUPS           Z8, (AX)
+	ADDQ              $0x40, AX
+	SUBQ              $0x10, CX
+
+tail:
+	TESTQ             CX, CX
+	JZ                end
+	MOVL              $0x0000ffff, DX
+	MOVQ              $0x00000010, BX
+	CMPQ              CX, BX
+	CMOVQGT           BX, CX
+	BZHIL             CX, DX, CX
+	KMOVW             CX, K1
+	VMOVUPS.Z         (AX), K1, Z3
+	VSUBPS            Z0, Z3, Z3
+	VMULPS.BCST       expLog2e<>+0(SB), Z3, Z0
+	VRNDSCALEPS       $0x00, Z0, Z0
+	VMOVAPS           Z3, Z4
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z0, Z4
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z0, Z4
+	VBROADCASTSS      expC5<>+0(SB), Z5
+	VFMADD213PS.BCST  expC4<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expC3<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expC2<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expC1<>+0(SB), Z4, Z5
+	VFMADD213PS.BCST  expC0<>+0(SB), Z4, Z5
+	VMULPS            Z4, Z4, Z7
+	VFMADD213PS       Z4, Z7, Z5
+	VADDPS.BCST       one<>+0(SB), Z5, Z5
+	VCVTTPS2DQ        Z0, Z0
+	VPSLLD            $0x17, Z0, Z0
+	VPADDD            Z0, Z5, Z5
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z3, K2
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z3, K3
+	VPXORD            Z6, Z6, Z6
+	VBROADCASTSS      posInf<>+0(SB), Z0
+	VBLENDMPS         Z6, Z5, K2, Z5
+	VBLENDMPS         Z0, Z5, K3, Z5
+	VMOVUPS           Z5, K1, (AX)
+	VADDPS            Z5, Z1, K1, Z1
+
+end:
+	VADDPS        Z2, Z1, Z1
+	VEXTRACTF32X8 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	MOVSS         X1, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func expAVX512(dst []float32, x []float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·expAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ x_len+32(FP), DX
+
+loop32:
+	CMPQ              DX, $0x20
+	JL                loop16
+	VMOVUPS           (CX), Z0
+	VMOVUPS           64(CX), Z1
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z2
+	VRNDSCALEPS       $0x00, Z2, Z2
+	VMOVAPS           Z0, Z3
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z2, Z3
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z2, Z3
+	VBROADCASTSS      expC5<>+0(SB), Z4
+	VFMADD213PS.BCST  expC4<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC3<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC2<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC1<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC0<>+0(SB), Z3, Z4
+	VMULPS            Z3, Z3, Z5
+	VFMADD213PS       Z3, Z5, Z4
+	VADDPS.BCST       one<>+0(SB), Z4, Z4
+	VCVTTPS2DQ        Z2, Z2
+	VPSLLD            $0x17, Z2, Z2
+	VPADDD            Z2, Z4, Z4
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K2
+	VPXORD            Z6, Z6, Z6
+	VBROADCASTSS      posInf<>+0(SB), Z0
+	VBLENDMPS         Z6, Z4, K1, Z4
+	VBLENDMPS         Z0, Z4, K2, Z4
+	VMULPS.BCST       expLog2e<>+0(SB), Z1, Z0
+	VRNDSCALEPS       $0x00, Z0, Z0
+	VMOVAPS           Z1, Z2
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z0, Z2
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z0, Z2
+	VBROADCASTSS      expC5<>+0(SB), Z3
+	VFMADD213PS.BCST  expC4<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC3<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC2<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC1<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC0<>+0(SB), Z2, Z3
+	VMULPS            Z2, Z2, Z5
+	VFMADD213PS       Z2, Z5, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ        Z0, Z0
+	VPSLLD            $0x17, Z0, Z0
+	VPADDD            Z0, Z3, Z3
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z1, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z1, K2
+	VPXORD            Z7, Z7, Z7
+	VBROADCASTSS      posInf<>+0(SB), Z0
+	VBLENDMPS         Z7, Z3, K1, Z3
+	VBLENDMPS         Z0, Z3, K2, Z3
+	VMOVUPS           Z4, (AX)
+	VMOVUPS           Z3, 64(AX)
+	ADDQ              $0x80, CX
+	ADDQ              $0x80, AX
+	SUBQ              $0x20, DX
+	JMP               loop32
+
+loop16:
+	CMPQ              DX, $0x10
+	JL                tail
+	VMOVUPS           (CX), Z0
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z1
+	VRNDSCALEPS       $0x00, Z1, Z1
+	VMOVAPS           Z0, Z2
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z1, Z2
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z1, Z2
+	VBROADCASTSS      expC5<>+0(SB), Z3
+	VFMADD213PS.BCST  expC4<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC3<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC2<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC1<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC0<>+0(SB), Z2, Z3
+	VMULPS            Z2, Z2, Z4
+	VFMADD213PS       Z2, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ        Z1, Z1
+	VPSLLD            $0x17, Z1, Z1
+	VPADDD            Z1, Z3, Z3
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K2
+	VPXORD            Z8, Z8, Z8
+	VBROADCASTSS      posInf<>+0(SB), Z0
+	VBLENDMPS         Z8, Z3, K1, Z3
+	VBLENDMPS         Z0, Z3, K2, Z3
+	VMOVUPS           Z3, (AX)
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, AX
+	SUBQ              $0x10, DX
+
+tail:
+	TESTQ             DX, DX
+	JZ                end
+	MOVL              $0x0000ffff, BX
+	MOVQ              $0x00000010, SI
+	CMPQ              DX, SI
+	CMOVQGT           SI, DX
+	BZHIL             DX, BX, DX
+	KMOVW             DX, K1
+	VMOVUPS.Z         (CX), K1, Z0
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z1
+	VRNDSCALEPS       $0x00, Z1, Z1
+	VMOVAPS           Z0, Z2
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z1, Z2
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z1, Z2
+	VBROADCASTSS      expC5<>+0(SB), Z3
+	VFMADD213PS.BCST  expC4<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC3<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC2<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC1<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC0<>+0(SB), Z2, Z3
+	VMULPS            Z2, Z2, Z4
+	VFMADD213PS       Z2, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ        Z1, Z1
+	VPSLLD            $0x17, Z1, Z1
+	VPADDD            Z1, Z3, Z3
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K2
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K3
+	VPXORD            Z9, Z9, Z9
+	VBROADCASTSS      posInf<>+0(SB), Z0
+	VBLENDMPS         Z9, Z3, K2, Z3
+	VBLENDMPS         Z0, Z3, K3, Z3
+	VMOVUPS           Z3, K1, (AX)
+
+end:
+	VZEROUPPER
+	RET
+
 // func dotRowsU4Q8AVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, scale []float32, zero []float32, k []uint8, ldk int, n int, d int, pw int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512VNNI, BMI2, CMOV, MMX+
 TEXT ·dotRowsU4Q8AVX512BF16(SB), $2080-176

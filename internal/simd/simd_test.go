@@ -285,6 +285,50 @@ func TestExp(t *testing.T) {
 	})
 }
 
+// TestExpFamiliesAgree checks that the AVX-512 exp kernels give the avx2
+// ones' values bit for bit (the same arithmetic on wider registers), and
+// ExpSum's sums within a few ulp of theirs (other order of additions).
+func TestExpFamiliesAgree(t *testing.T) {
+	var base *implementation
+	for i := range implementations {
+		if implementations[i].name == "avx2" {
+			base = &implementations[i]
+		}
+	}
+	if base == nil {
+		t.Skip("no avx2 kernels on this machine or build")
+	}
+	inputs := append(expSpecials(), expSweep()...)
+	want := make([]float32, len(inputs))
+	base.exp(want, inputs)
+	r := rand.New(rand.NewPCG(5, 6))
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		if impl.name == "generic" || impl.name == "avx2" {
+			return
+		}
+		got := make([]float32, len(inputs))
+		impl.exp(got, inputs)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("exp(%v) = %v, avx2 %v", inputs[i], got[i], want[i])
+			}
+		}
+		for _, n := range testLengths {
+			x := randSlice(r, n, -30, 5)
+			a, b := append([]float32(nil), x...), append([]float32(nil), x...)
+			sa, sb := base.expSum(a, 0.5), impl.expSum(b, 0.5)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("n=%d: ExpSum element %d = %v, avx2 %v", n, i, b[i], a[i])
+				}
+			}
+			if math.Abs(float64(sa-sb)) > 1e-6*math.Abs(float64(sa)) {
+				t.Errorf("n=%d: ExpSum sum %v, avx2 %v", n, sb, sa)
+			}
+		}
+	})
+}
+
 // TestExpTail checks that the masked tail gives the same results as
 // full vectors: each element alone equals the same element in a long
 // call, bit for bit, and the same holds for ExpSum.

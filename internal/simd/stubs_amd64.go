@@ -341,6 +341,16 @@ func dotRowsI8AVX512(s []float32, lds int, q []float32, ldq int, rows int, k []i
 //go:noescape
 func dotRowsI8PFAVX512(s []float32, lds int, q []float32, ldq int, rows int, k []int8, ldk int, n int, d int, pf []int8)
 
+// expSumAVX512 is expSumAVX2 with AVX-512.
+//
+//go:noescape
+func expSumAVX512(x []float32, shift float32) float32
+
+// expAVX512 is expAVX2 with AVX-512.
+//
+//go:noescape
+func expAVX512(dst []float32, x []float32)
+
 // dotRowsU4Q8AVX512BF16 is DotRowsU4Q8 for rows ≤ 4 and pw ≤ 256 with VPDPBUSD;
 // the Go caller checks the sizes.
 //

@@ -66,6 +66,7 @@ func main() {
 	decodeBF16()
 	gemm512()
 	dotRows512()
+	exp512()
 	u4Native()
 	attendAMX()
 
