@@ -44,6 +44,9 @@ func DotRowsU4Q8(s []float32, lds int, q []float32, ldq, rows int, scale, zero [
 	if pw < 0 || pw%8 != 0 || pw > u4MaxPW || d > 2*pw || (n > 0 && ldk < pw) || (n > 0 && len(k) < (n-1)*ldk+pw) {
 		panic("simd: DotRowsU4Q8 with pw not a multiple of 8 in [0, 256], d > 2·pw or k too short")
 	}
+	if rows > 0 && n > 0 && d > 0 && (ldq < d || len(q) < (rows-1)*ldq+d) {
+		panic("simd: DotRowsU4Q8 with q too short or ldq < d")
+	}
 	if len(scale) < d || len(zero) < d {
 		panic("simd: DotRowsU4Q8 with scale or zero shorter than d")
 	}

@@ -236,3 +236,33 @@ func TestRoundBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestU4NativeArgumentChecks checks that sizes the kernels would read or
+// write past panic in the Go wrappers, before any assembly runs.
+func TestU4NativeArgumentChecks(t *testing.T) {
+	s, q, f := make([]float32, 64), make([]float32, 64), make([]float32, 64)
+	k := make([]uint8, 256)
+	for _, tc := range []struct {
+		name string
+		call func()
+	}{
+		{"DotRowsU4Q8 d > 2·pw", func() { DotRowsU4Q8(s, 4, q, 40, 1, f, f, k, 16, 4, 40, 16) }},
+		{"DotRowsU4Q8 pw not a multiple of 8", func() { DotRowsU4Q8(s, 4, q, 20, 1, f, f, k, 12, 4, 20, 12) }},
+		{"DotRowsU4Q8 pw > 256", func() { DotRowsU4Q8(s, 1, q, 8, 1, f, f, make([]uint8, 264), 264, 1, 8, 264) }},
+		{"DotRowsU4Q8 short q", func() { DotRowsU4Q8(s, 4, q[:30], 20, 2, f, f, k, 16, 4, 20, 16) }},
+		{"DotRowsU4Q8 short k", func() { DotRowsU4Q8(s, 4, q, 20, 1, f, f, k[:40], 16, 4, 20, 16) }},
+		{"DotRowsU4Q8 short scale", func() { DotRowsU4Q8(s, 4, q, 20, 1, f[:10], f, k, 16, 4, 20, 16) }},
+		{"GemmU4BF16 short rs", func() { GemmU4BF16(1, 8, 4, q, 4, f[:3], k, 8, s, 8, false) }},
+		{"GemmU4BF16 n%8", func() { GemmU4BF16(1, 12, 4, q, 4, f, k, 12, s, 12, true) }},
+		{"GemmU4BF16 short B", func() { GemmU4BF16(1, 8, 4, q, 4, f, k[:30], 8, s, 8, false) }},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			tc.call()
+		}()
+	}
+}
