@@ -355,7 +355,7 @@ type i4Scratch struct {
 	// rescaled with the accumulator and added to it at the span's end.
 	zacc []float32
 	qf   []float32 // [g][stride] queries times a key group's scales
-	z    []float32 // [g] or [g][chanGroups] query sums against zeros
+	z    []float32 // [g] or [g][chanGroups] query sums against zeros; [g] a block's Σ p·zero
 	pt   []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
 }
 
@@ -387,6 +387,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 	}
 	rlo, wr := c.openGroup()
 	nk := c.keyGroups(c.cap)
+	native := c.nativeI4()
 	for j := 0; j < nb; {
 		s := s0 + j
 		gi, _, hi := c.keyGroup(s)
@@ -401,7 +402,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		m := end - j
 		scale := c.k4s[(bh*nk+gi)*st:][:d]
 		zero := c.k4z[(bh*nk+gi)*st:][:d]
-		if c.nativeI4() {
+		if native {
 			simd.DotRowsU4Q8(sc.s[j:], decodeBlock, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
 			j = end
 			continue
@@ -462,10 +463,11 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	ng := chanGroups(d)
 	x := sc.i4()
 	v := c.v4[row0*pw:][:nb*pw]
+	native := c.nativeI4()
+	pt := x.pt[:g*decodeBlock]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
-		pt := x.pt[:g*decodeBlock]
 		i := c.valueGroup(row0, cg)
 		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
 		// Σ_j p_j·zero_j for the g rows in one call: zg as the one key of
@@ -474,7 +476,6 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 		for r := range g {
 			x.zacc[r*ng+cg] += x.z[r]
 		}
-		native := c.nativeI4()
 		if !native {
 			copy(pt[:(g-1)*decodeBlock+nb], sc.s)
 			simd.ScaleColumns(pt, decodeBlock, g, sg)
