@@ -675,3 +675,48 @@ func BenchmarkDecodeStream(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkU4Decode times the int4 decode step's two products on 65,536
+// packed rows (D = 128, 4 query rows, blocks of 64 rows a call, as
+// kvcache calls them; the rows fit the L2 or L3 cache, not the L1):
+// "widened" is DotRowsU4 on both halves and GemmU4 on one half, float32
+// queries and probabilities; "native" is DotRowsU4Q8 and GemmU4BF16 in
+// the family's arithmetic (see NativeU4: the Go definitions where it is
+// false). It reports millions of key rows a second.
+func BenchmarkU4Decode(b *testing.B) {
+	const pw, d, g, blk, rows = 64, 128, 4, 64, 1 << 16
+	r := rand.New(rand.NewPCG(1, 2))
+	k := u4Rows(r, rows, pw, pw)
+	q := randSlice(r, g*d, -1, 1)
+	scale, zero := randSlice(r, d, 0, 1), randSlice(r, d, -1, 1)
+	p := randSlice(r, g*blk, 0, 1)
+	s, acc := make([]float32, g*blk), make([]float32, g*d)
+	run := func(b *testing.B, block func(j int)) {
+		for b.Loop() {
+			for j := 0; j < rows; j += blk {
+				block(j)
+			}
+		}
+		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mrows/s")
+	}
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		if impl.name == "generic" {
+			b.Skip("the Go definitions are a reference, not a path")
+		}
+		b.Run("scores/widened", func(b *testing.B) {
+			run(b, func(j int) {
+				impl.dotRowsU4[0](s, blk, q, d, g, k[j*pw:], pw, blk, pw)
+				impl.dotRowsU4[1](s, blk, q[pw:], d, g, k[j*pw:], pw, blk, pw)
+			})
+		})
+		b.Run("scores/native", func(b *testing.B) {
+			run(b, func(j int) { impl.dotRowsU4Q8(s, blk, q, d, g, scale, zero, k[j*pw:], pw, blk, d, pw) })
+		})
+		b.Run("values-half/widened", func(b *testing.B) {
+			run(b, func(j int) { impl.gemmU4[0](g, pw, blk, p, blk, k[j*pw:], pw, acc, d, true, nil) })
+		})
+		b.Run("values-half/native", func(b *testing.B) {
+			run(b, func(j int) { impl.gemmU4BF16[0](g, pw, blk, p, blk, scale, k[j*pw:], pw, acc, d) })
+		})
+	})
+}
