@@ -10,6 +10,7 @@ import (
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/internal/hugepage"
+	"github.com/attnkit/attn/internal/lowbit"
 )
 
 // DType is the element type of the stored keys and values.
@@ -154,9 +155,9 @@ type Cache struct {
 	k4s, k4z, v4s, v4z []float32
 	kres               []float32
 	ktok               bool
-	rot                *rotation   // nil without Config.Rotate
-	ev                 *evictState // nil without Config.Evict
-	rq, rk, rv         []float32   // rotated copies of a step's rows
+	rot                *lowbit.Rotation // nil without Config.Rotate
+	ev                 *evictState      // nil without Config.Evict
+	rq, rk, rv         []float32        // rotated copies of a step's rows
 }
 
 // New returns an empty cache.
@@ -192,7 +193,7 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c.stride = (cfg.D + perLine - 1) / perLine * perLine
 	if cfg.DType == I4 {
-		c.stride = i4Stride(cfg.D)
+		c.stride = lowbit.Stride(cfg.D)
 		c.ktok = cfg.Evict != NoEvict
 	}
 	c.cap = cfg.Capacity
@@ -215,7 +216,7 @@ func New(cfg Config) (*Cache, error) {
 			attn.ErrInput, cfg.B, cfg.HKV, cfg.D, c.cap)
 	}
 	if cfg.Rotate {
-		c.rot = newRotation(cfg.D)
+		c.rot = lowbit.NewRotation(cfg.D)
 	}
 	if cfg.Evict != NoEvict {
 		c.ev = &evictState{policy: cfg.Evict}
@@ -407,8 +408,8 @@ func (c *Cache) rotateKV(k, v []float32) ([]float32, []float32) {
 	}
 	c.rk = append(c.rk[:0], k...)
 	c.rv = append(c.rv[:0], v...)
-	c.rot.rows(c.rk, false)
-	c.rot.rows(c.rv, false)
+	c.rot.Rows(c.rk, false)
+	c.rot.Rows(c.rv, false)
 	return c.rk, c.rv
 }
 
@@ -418,7 +419,7 @@ func (c *Cache) rotateQ(q []float32) []float32 {
 		return q
 	}
 	c.rq = append(c.rq[:0], q...)
-	c.rot.rows(c.rq, false)
+	c.rot.Rows(c.rq, false)
 	return c.rq
 }
 
@@ -426,7 +427,7 @@ func (c *Cache) rotateQ(q []float32) []float32 {
 // (attention outputs) back, in place.
 func (c *Cache) unrotate(x []float32) {
 	if c.rot != nil {
-		c.rot.rows(x, true)
+		c.rot.Rows(x, true)
 	}
 }
 

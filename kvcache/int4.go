@@ -3,6 +3,7 @@ package kvcache
 import (
 	"math"
 
+	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -11,7 +12,7 @@ import (
 // with code in 0…15.
 //
 // Values are quantised per token: each stored row's channels in groups of
-// i4ChanGroup, one scale and zero a group, as soon as the row arrives.
+// lowbit.ChanGroup, one scale and zero a group, as soon as the row arrives.
 // Keys are quantised per channel: i4KeyGroup consecutive rows of a head
 // share, channel by channel, one scale and zero, because the outliers of
 // keys sit in fixed channels and a scale per channel keeps one outlier
@@ -28,12 +29,8 @@ import (
 // quantised per token, as values are (Config.Rotate then spreads outlier
 // channels, which is what scales per channel were for).
 //
-// Two codes share a byte, split rather than interleaved: byte i of a row
-// holds channel i in its low nibble and channel i+stride/2 in its high
-// one: each half of a row is then pw = stride/2 bytes read in place, one
-// nibble each, by the kernels of package simd (DotRowsU4, GemmU4), with
-// no unpacked copy written and read back. For keys quantised per channel
-// the group's scales are folded into the queries (q'_c = q_c·scale_c,
+// Rows are packed as package lowbit describes. For keys quantised per
+// channel the group's scales are folded into the queries (q'_c = q_c·scale_c,
 // plus Σ q_c·zero_c a score), for values the probabilities are multiplied
 // by each row's scale of a channel group, then the group's columns go
 // through GemmU4, and Σ_j p_j·zero_j is added to them.
@@ -41,14 +38,11 @@ const (
 	// i4KeyGroup is the number of consecutive rows whose keys share
 	// scales per channel.
 	i4KeyGroup = 64
-	// i4ChanGroup is the number of channels of a row (values, and keys
-	// of an evicting cache) that share a scale and a zero.
-	i4ChanGroup = 64
+	// i4ChanGroup is lowbit.ChanGroup, the number of channels of a row
+	// (values, and keys of an evicting cache) that share a scale and a
+	// zero.
+	i4ChanGroup = lowbit.ChanGroup
 )
-
-// i4Stride is the row length of an I4 cache in codes: D rounded up to 16,
-// so that a packed row is a whole number of 8-byte words.
-func i4Stride(d int) int { return (d + 15) &^ 15 }
 
 // valueGroup returns the index in v4s and v4z of the scale and zero of
 // channel group cg of row (head·cap + slot): they are kept a channel
@@ -56,100 +50,7 @@ func i4Stride(d int) int { return (d + 15) &^ 15 }
 // rows have theirs side by side for the kernels.
 func (c *Cache) valueGroup(row, cg int) int {
 	bh, s := row/c.cap, row%c.cap
-	return (bh*chanGroups(c.cfg.D)+cg)*c.cap + s
-}
-
-// chanGroups returns the number of channel groups of a row of d.
-func chanGroups(d int) int { return (d + i4ChanGroup - 1) / i4ChanGroup }
-
-// params4 returns the scale and zero of the 4-bit codes of values in
-// [lo, hi]: zero = lo, scale = (hi-lo)/15 rounded up to float32 (so that
-// hi's code is 15 without clamping), stepped down where zero + 15·scale
-// would overflow (so that a range wider than the largest float32, values
-// of both signs near it, is clamped). Equal bounds give scale 0: every
-// value is zero exactly.
-// bad (a NaN or an infinity among the values) gives NaN for both, so that
-// NaN propagates through attention as it would in float32.
-func params4(lo, hi float32, bad bool) (scale, zero float32) {
-	if bad {
-		nan := float32(math.NaN())
-		return nan, nan
-	}
-	r := float64(hi) - float64(lo)
-	if r == 0 {
-		return 0, lo
-	}
-	scale = float32(r / 15)
-	if float64(scale)*15 < r {
-		scale = math.Nextafter32(scale, float32(math.Inf(1)))
-	}
-	for math.IsInf(float64(15*scale), 0) || math.IsInf(float64(lo+15*scale), 0) {
-		scale = math.Nextafter32(scale, 0)
-	}
-	return scale, lo
-}
-
-// inv4 returns the reciprocal the codes are computed with: 0 for a scale
-// of 0 or NaN (all codes 0).
-func inv4(scale float32) float64 {
-	if !(scale > 0) {
-		return 0
-	}
-	return 1 / float64(scale)
-}
-
-// code4 returns the code of x: round((x-zero)/scale), ties to even,
-// clamped to 0…15.
-func code4(x, zero float32, inv float64) uint8 {
-	c := math.RoundToEven((float64(x) - float64(zero)) * inv)
-	return uint8(max(0, min(15, c)))
-}
-
-// setCode4 puts code into channel c of a packed row of pw bytes (whose
-// nibble is 0).
-func setCode4(row []uint8, c int, code uint8, pw int) {
-	if c < pw {
-		row[c] |= code
-	} else {
-		row[c-pw] |= code << 4
-	}
-}
-
-// getCode4 returns the code of channel c of a packed row of pw bytes.
-func getCode4(row []uint8, c, pw int) uint8 {
-	if c < pw {
-		return row[c] & 15
-	}
-	return row[c-pw] >> 4
-}
-
-// rangeOf returns the least and greatest of x and whether x holds a NaN
-// or an infinity.
-func rangeOf(x []float32) (lo, hi float32, bad bool) {
-	lo, hi = float32(math.Inf(1)), float32(math.Inf(-1))
-	for _, v := range x {
-		if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
-			bad = true
-		}
-		lo, hi = min(lo, v), max(hi, v)
-	}
-	return lo, hi, bad
-}
-
-// quantRow4 quantises x (one row of D values) per token: channel group cg
-// gets scale[cg·gs] and zero[cg·gs], and row (pw bytes) the codes.
-func quantRow4(row []uint8, scale, zero []float32, gs int, x []float32, pw int) {
-	clear(row)
-	for cg := range chanGroups(len(x)) {
-		c0, c1 := cg*i4ChanGroup, min(len(x), (cg+1)*i4ChanGroup)
-		lo, hi, bad := rangeOf(x[c0:c1])
-		s, z := params4(lo, hi, bad)
-		scale[cg*gs], zero[cg*gs] = s, z
-		inv := inv4(s)
-		for c := c0; c < c1; c++ {
-			setCode4(row, c, code4(x[c], z, inv), pw)
-		}
-	}
+	return (bh*lowbit.ChanGroups(c.cfg.D)+cg)*c.cap + s
 }
 
 // keyGroups returns the number of per-channel key groups over rows rows
@@ -193,7 +94,7 @@ func (c *Cache) openGroup() (lo, wr int) {
 func (c *Cache) allocI4(rows int) {
 	heads := c.cfg.B * c.cfg.HKV
 	pw := c.stride / 2
-	ng := chanGroups(c.cfg.D)
+	ng := lowbit.ChanGroups(c.cfg.D)
 	k4, v4 := aligned[uint8](heads*rows*pw), aligned[uint8](heads*rows*pw)
 	v4s, v4z := aligned[float32](heads*rows*ng), aligned[float32](heads*rows*ng)
 	var k4s, k4z []float32
@@ -226,7 +127,7 @@ func (c *Cache) allocI4(rows int) {
 // bytesI4 is Bytes of an I4 cache, without eviction's bookkeeping.
 func (c *Cache) bytesI4() int {
 	heads := c.cfg.B * c.cfg.HKV
-	ng := chanGroups(c.cfg.D)
+	ng := lowbit.ChanGroups(c.cfg.D)
 	n := 2 * heads * c.cap * (c.stride / 2) // codes
 	n += heads * c.cap * ng * 8             // value scales and zeros
 	if c.ktok {
@@ -239,11 +140,11 @@ func (c *Cache) bytesI4() int {
 // slot). Rows of a head must arrive in slot order within a key group.
 func (c *Cache) storeI4(row int, k, v []float32) {
 	pw := c.stride / 2
-	ng := chanGroups(c.cfg.D)
+	ng := lowbit.ChanGroups(c.cfg.D)
 	i := c.valueGroup(row, 0)
-	quantRow4(c.v4[row*pw:][:pw], c.v4s[i:], c.v4z[i:], c.cap, v, pw)
+	lowbit.QuantRow(c.v4[row*pw:][:pw], c.v4s[i:], c.v4z[i:], c.cap, v, pw)
 	if c.ktok {
-		quantRow4(c.k4[row*pw:][:pw], c.k4s[row*ng:][:ng], c.k4z[row*ng:][:ng], 1, k, pw)
+		lowbit.QuantRow(c.k4[row*pw:][:pw], c.k4s[row*ng:][:ng], c.k4z[row*ng:][:ng], 1, k, pw)
 		return
 	}
 	bh, s := row/c.cap, row%c.cap
@@ -275,11 +176,11 @@ func (c *Cache) closeKeyGroup(bh, gi, lo, hi int) {
 			}
 			lo, hi = min(lo, v), max(hi, v)
 		}
-		s, z := params4(lo, hi, bad)
+		s, z := lowbit.Params(lo, hi, bad)
 		scale[ch], zero[ch] = s, z
-		inv := inv4(s)
+		inv := lowbit.Inv(s)
 		for r := range m {
-			setCode4(codes[r*pw:][:pw], ch, code4(res[r*st+ch], z, inv), pw)
+			lowbit.SetCode(codes[r*pw:][:pw], ch, lowbit.Code(res[r*st+ch], z, inv), pw)
 		}
 	}
 }
@@ -294,14 +195,14 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 		codes, scale, zero = c.k4, c.k4s, c.k4z
 	}
 	packed := codes[row*pw:][:pw]
-	ng := chanGroups(d)
+	ng := lowbit.ChanGroups(d)
 	if values {
 		i := c.valueGroup(row, 0)
-		dequant4(dst[:d], packed, scale[i:], zero[i:], c.cap)
+		lowbit.Dequant(dst[:d], packed, scale[i:], zero[i:], c.cap)
 		return
 	}
 	if c.ktok {
-		dequant4(dst[:d], packed, scale[row*ng:][:ng], zero[row*ng:][:ng], 1)
+		lowbit.Dequant(dst[:d], packed, scale[row*ng:][:ng], zero[row*ng:][:ng], 1)
 		return
 	}
 	bh, s := row/c.cap, row%c.cap
@@ -311,33 +212,13 @@ func (c *Cache) readRowI4(dst []float32, values bool, row int) {
 	}
 	gi, _, _ := c.keyGroup(s)
 	g := (bh*c.keyGroups(c.cap) + gi) * c.stride
-	dequant4(dst[:d], packed, scale[g:][:d], zero[g:][:d], 0)
-}
-
-// dequant4 sets dst (D values) to the values of a packed row: zero +
-// scale·code, with a scale and zero per channel (gs 0) or per group of
-// i4ChanGroup channels, those of successive groups gs apart.
-func dequant4(dst []float32, packed []uint8, scale, zero []float32, gs int) {
-	pw, d := len(packed), len(dst)
-	at := func(c int, code uint8) {
-		g := c
-		if gs > 0 {
-			g = c / i4ChanGroup * gs
-		}
-		dst[c] = zero[g] + scale[g]*float32(code)
-	}
-	for i, b := range packed[:min(pw, d)] {
-		at(i, b&15)
-		if i+pw < d {
-			at(i+pw, b>>4)
-		}
-	}
+	lowbit.Dequant(dst[:d], packed, scale[g:][:d], zero[g:][:d], 0)
 }
 
 // moveRowI4 copies the stored row src to dst (rows head·cap + slot) of an
 // evicting cache (keys per token).
 func (c *Cache) moveRowI4(dst, src int) {
-	pw, ng := c.stride/2, chanGroups(c.cfg.D)
+	pw, ng := c.stride/2, lowbit.ChanGroups(c.cfg.D)
 	copy(c.k4[dst*pw:][:pw], c.k4[src*pw:][:pw])
 	copy(c.v4[dst*pw:][:pw], c.v4[src*pw:][:pw])
 	copy(c.k4s[dst*ng:][:ng], c.k4s[src*ng:][:ng])
@@ -361,7 +242,7 @@ type i4Scratch struct {
 
 func (sc *decodeScratch) i4() *i4Scratch {
 	if sc.q4 == nil {
-		ng := chanGroups(sc.stride)
+		ng := lowbit.ChanGroups(sc.stride)
 		sc.q4 = &i4Scratch{
 			tmp:  make([]float32, sc.g*decodeBlock),
 			zacc: make([]float32, sc.g*ng),
@@ -428,7 +309,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 // times the query's sum over the group.
 func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) {
 	st, pw, d := c.stride, c.stride/2, c.cfg.D
-	ng := chanGroups(d)
+	ng := lowbit.ChanGroups(d)
 	for cg := range ng {
 		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
 		c.dotCodes(x.pt[cg*g*decodeBlock:], x, sc.q, g, c.k4[row0*pw:], nb, c0, c1)
@@ -460,7 +341,7 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	st, pw, d := c.stride, c.stride/2, c.cfg.D
 	row0 := off / st
-	ng := chanGroups(d)
+	ng := lowbit.ChanGroups(d)
 	x := sc.i4()
 	v := c.v4[row0*pw:][:nb*pw]
 	native := c.nativeI4()
@@ -497,7 +378,7 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 // zeros' part of the product with the dequantised values, the same for
 // every channel of a group and so summed over the span once.
 func (x *i4Scratch) addZeros(acc []float32, st, d int) {
-	ng := chanGroups(d)
+	ng := lowbit.ChanGroups(d)
 	for r := range len(x.zacc) / ng {
 		for cg := range ng {
 			z := x.zacc[r*ng+cg]

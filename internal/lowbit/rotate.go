@@ -1,11 +1,11 @@
-package kvcache
+package lowbit
 
 import (
 	"math"
 	"math/rand/v2"
 )
 
-// Rotation (Config.Rotate), after QuaRot (Ashkboos et al. 2024): keys and
+// Rotation, after QuaRot (Ashkboos et al. 2024): keys and
 // values are stored as R·k and R·v for a fixed orthonormal R, queries are
 // rotated alike before they meet the keys (R·q · R·k = q·k), and the
 // output, a combination of rotated values, is rotated back (Rᵀ·o). R
@@ -20,7 +20,7 @@ import (
 // two dividing D (all of D when it is one; D = 96 takes 3 blocks of 32).
 // An odd D has b = 1: R only flips signs, which changes no error. The
 // transform is the fast one, b·log2(b) additions a block.
-type rotation struct {
+type Rotation struct {
 	d, block int
 	sign     []float32
 	norm     float32 // 1/√block
@@ -29,10 +29,11 @@ type rotation struct {
 // rotSeed seeds the sign flips of every rotation.
 const rotSeed = 0x6b76636163686521
 
-func newRotation(d int) *rotation {
+// NewRotation returns the rotation of rows of d values.
+func NewRotation(d int) *Rotation {
 	b := d & -d // the largest power of two dividing d
 	rng := rand.New(rand.NewPCG(rotSeed, uint64(d)))
-	r := &rotation{d: d, block: b, sign: make([]float32, d), norm: float32(1 / math.Sqrt(float64(b)))}
+	r := &Rotation{d: d, block: b, sign: make([]float32, d), norm: float32(1 / math.Sqrt(float64(b)))}
 	for i := range r.sign {
 		r.sign[i] = 1
 		if rng.Uint64()&1 != 0 {
@@ -42,8 +43,8 @@ func newRotation(d int) *rotation {
 	return r
 }
 
-// apply sets x (D values) to R·x.
-func (r *rotation) apply(x []float32) {
+// Apply sets x (D values) to R·x.
+func (r *Rotation) Apply(x []float32) {
 	x = x[:r.d]
 	for i, s := range r.sign {
 		x[i] *= s
@@ -51,8 +52,8 @@ func (r *rotation) apply(x []float32) {
 	r.hadamard(x)
 }
 
-// invert sets x (D values) to Rᵀ·x.
-func (r *rotation) invert(x []float32) {
+// Invert sets x (D values) to Rᵀ·x.
+func (r *Rotation) Invert(x []float32) {
 	x = x[:r.d]
 	r.hadamard(x)
 	for i, s := range r.sign {
@@ -62,7 +63,7 @@ func (r *rotation) invert(x []float32) {
 
 // hadamard applies H/√b to each block of x: H is symmetric and H·H =
 // b·I, so it is its own inverse.
-func (r *rotation) hadamard(x []float32) {
+func (r *Rotation) hadamard(x []float32) {
 	b := r.block
 	if b == 1 {
 		return
@@ -84,13 +85,13 @@ func (r *rotation) hadamard(x []float32) {
 	}
 }
 
-// rows applies (inv false) or inverts R on each row of D values of x.
-func (r *rotation) rows(x []float32, inv bool) {
+// Rows applies (inv false) or inverts R on each row of D values of x.
+func (r *Rotation) Rows(x []float32, inv bool) {
 	for o := 0; o+r.d <= len(x); o += r.d {
 		if inv {
-			r.invert(x[o : o+r.d])
+			r.Invert(x[o : o+r.d])
 		} else {
-			r.apply(x[o : o+r.d])
+			r.Apply(x[o : o+r.d])
 		}
 	}
 }
