@@ -121,9 +121,10 @@ type Config struct {
 	Sinks int
 	// Rotate stores keys and values rotated by a fixed orthonormal
 	// Hadamard transform with sign flips, queries rotated alike and
-	// outputs rotated back (see rotation): attention is unchanged up to
-	// rounding, and the outlier channels that coarsen low-bit codes are
-	// spread over their block. Read returns rows rotated back.
+	// outputs rotated back (see the package documentation, Rotation):
+	// attention is unchanged up to rounding, and the outlier channels
+	// that coarsen low-bit codes are spread over their block. Read
+	// returns rows rotated back.
 	Rotate bool
 	// Evict, with a Window, bounds the cache by a policy (see Policy):
 	// besides the Sinks and the last Window positions, it keeps the Keep

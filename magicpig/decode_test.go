@@ -169,6 +169,8 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 1, H: 4, HKV: 1, D: 32, Scale: -0.2},
 		{B: 1, H: 4, HKV: 2, D: 32, Storage: "bf16"},
 		{B: 2, H: 4, HKV: 2, D: 19, Storage: "f16"},
+		{B: 1, H: 4, HKV: 2, D: 19, Storage: "i4"},
+		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
 	} {
 		for _, mc := range testConfigs() {
 			m := newPIG(t, mc)
@@ -426,6 +428,13 @@ func TestDecoderExactSettings(t *testing.T) {
 		total += st.N
 	}
 	for i, mc := range []Config{{Bits: -1, Tables: 3, Threshold: 2, Sinks: 2, Window: 3}, {Window: total}, {Sinks: total, Window: 1, Bits: 4, Tables: 3}} {
+		cfg := cfg
+		switch i {
+		case 0:
+			cfg.D, cfg.Storage = 40, "i4+rot"
+		case 2:
+			cfg.Storage = "bf16+rot"
+		}
 		m := newPIG(t, mc)
 		dec := decoderOf(t, m)(cfg)
 		if i == 1 {
@@ -470,7 +479,7 @@ func TestDecoderDeterminism(t *testing.T) {
 	for i, mc := range testConfigs()[:2] {
 		c := cfg
 		if i == 1 {
-			c.Storage = "f16"
+			c.D, c.Storage = 24, "i4+rot"
 		}
 		m := newPIG(t, mc)
 		dectest.CheckRagged(t, decoderOf(t, m), c, dectest.FreshRNG(t, 6), dectest.Script(c.B, 47, 12))
@@ -582,7 +591,7 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("none reads %+v", c)
 	}
 	for _, cfg := range []attn.DecodeConfig{
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i4"},
+		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

@@ -64,10 +64,12 @@
 // and the estimate is exact attention; so it is when the sinks and the
 // window cover the query's positions (Decoder.Fallback says both).
 //
-// The decoder keeps its keys and values as float32, or as bfloat16 or
-// binary16 at half the bytes a sample reads (attn.DecodeConfig's Storage
-// "", "f32", "bf16" or "f16"; keys are hashed as stored, rounded), and
-// has no StreamingLLM window of its own (Window must be 0): its sinks and
+// The decoder keeps its keys and values as float32, as bfloat16 or
+// binary16 at half the bytes a sample reads, or as 4-bit codes quantised
+// per token (attn.DecodeConfig's Storage "", "f32", "bf16", "f16" or
+// "i4", optionally Hadamard-rotated with "+rot"; see package kvcache):
+// keys are hashed as read back, rotated where they are. It has no
+// StreamingLLM window of its own (Window must be 0): its sinks and
 // window are Config's. The outcome
 // depends on the seed and the inputs only, not on the number of workers.
 package magicpig

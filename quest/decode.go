@@ -35,8 +35,9 @@ type rule struct {
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
-// of cfg. A cfg.Storage other than "", "f32", "bf16" or "f16" and a
-// cfg.Window are errors wrapping attn.ErrUnsupported.
+// of cfg. A cfg.Storage other than "", "f32", "bf16", "f16" or "i4"
+// (each optionally "+rot") and a cfg.Window are errors wrapping
+// attn.ErrUnsupported.
 func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	st, err := decstore.NewStore("quest", cfg, math.MaxInt)
 	if err != nil {

@@ -147,6 +147,8 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 3, H: 3, HKV: 3, D: 16},
 		{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"},
 		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"},
+		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
 	} {
 		for _, qc := range testConfigs() {
 			m := newQuest(t, qc)
@@ -179,8 +181,9 @@ func TestDecoderMatchesReference(t *testing.T) {
 	}
 }
 
-// A budget that covers every page is exact decoding, and Fallback says
-// so; one page short of it is not.
+// A budget that covers every page is exact decoding (over the stored
+// rows, rotated or not), and Fallback says so; one page short of it is
+// not.
 func TestDecoderExactWithinBudget(t *testing.T) {
 	rng := dectest.FreshRNG(t, 2)
 	cfg := attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 11}
@@ -189,7 +192,14 @@ func TestDecoderExactWithinBudget(t *testing.T) {
 	for _, st := range steps {
 		total += st.N
 	}
-	for _, qc := range []Config{{Page: 4, Budget: total, Group: GroupUnion}, {Page: 5, Budget: 1 << 20, Group: GroupMax}, {Page: 6, Budget: total, Sinks: -1, Recent: -1}} {
+	for i, qc := range []Config{{Page: 4, Budget: total, Group: GroupUnion}, {Page: 5, Budget: 1 << 20, Group: GroupMax}, {Page: 6, Budget: total, Sinks: -1, Recent: -1}} {
+		cfg := cfg
+		switch i {
+		case 1:
+			cfg.D, cfg.Storage = 40, "i4+rot"
+		case 2:
+			cfg.Storage = "f16+rot"
+		}
 		m := newQuest(t, qc)
 		dec := decoderOf(t, m)(cfg)
 		dectest.Run(t, dec, cfg, rng, steps, func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
@@ -359,9 +369,12 @@ func TestPick(t *testing.T) {
 // count changes no bit.
 func TestDecoderRaggedAndWorkers(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 10}
-	for i, qc := range testConfigs()[:2] {
-		if i == 1 {
+	for i, qc := range testConfigs()[:3] {
+		switch i {
+		case 1:
 			cfg.Storage = "bf16"
+		case 2:
+			cfg.D, cfg.Storage = 24, "i4+rot"
 		}
 		m := newQuest(t, qc)
 		dectest.CheckRagged(t, decoderOf(t, m), cfg, dectest.FreshRNG(t, 5), dectest.Script(cfg.B, 47, 12))
@@ -469,7 +482,7 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, cfg := range []attn.DecodeConfig{
 		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"},
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i4+rot"},
+		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8+rot"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

@@ -65,10 +65,12 @@
 // it would in exact attention. The outcome depends on the inputs only,
 // not on the number of workers.
 //
-// The decoder keeps its keys and values as float32, or as bfloat16 or
-// binary16 at half the bytes a step reads (attn.DecodeConfig's Storage
-// "", "f32", "bf16" or "f16"; the page summaries are of the stored,
-// rounded keys, so they stay exact bounds), and has no StreamingLLM
+// The decoder keeps its keys and values as float32, as bfloat16 or
+// binary16 at half the bytes a step reads, or as 4-bit codes quantised
+// per token (attn.DecodeConfig's Storage "", "f32", "bf16", "f16" or
+// "i4", optionally Hadamard-rotated with "+rot"; see package kvcache).
+// The page summaries are of the keys as stored and read back, rotated
+// where they are, so they stay exact bounds. It has no StreamingLLM
 // window of its own (Window must be 0): its sinks and recent window are
 // Config's.
 package quest

@@ -1,8 +1,10 @@
 // Package decstore is what the decoders that read a fraction of the cache
 // (packages quest and magicpig) share: keys and values per sequence and
-// key/value head, as float32 or 16-bit floats (Storage "bf16" or "f16",
+// key/value head, as float32, as 16-bit floats (Storage "bf16" or "f16",
 // rounded to nearest as they are stored, read by kernels that widen them
-// in registers, at half the bytes a step), the exact prefill rule, and the skeleton
+// in registers, at half the bytes a step) or as 4-bit codes (Storage
+// "i4", see Int4), optionally rotated ("+rot", see Rotation), the exact
+// prefill rule, and the skeleton
 // of attn.Decoder and attn.Appender (argument checks, ragged batches,
 // MaxLen, a failed step leaving every sequence as it was) around a Rule
 // that decodes one position and keeps its own index of the cache.
@@ -13,6 +15,28 @@
 // chunk itself; a step that brings it one position is a generated token,
 // decoded by the Rule. The rule goes by each sequence's own count, so
 // that a ragged batch gives every sequence what it would get alone.
+//
+// # Int4
+//
+// Storage "i4" keeps keys and values as 4-bit codes quantised per token:
+// each row's channels in groups of lowbit.ChanGroup with a float32 scale
+// and zero a group, as kvcache stores values (and the keys of its
+// evicting caches). kvcache quantises keys per channel over runs of 64
+// positions (KIVI), which needs the rows of a run side by side and a
+// float32 residual for the run being filled; the rules here read keys at
+// scattered positions, one row at a time, so a row carries its own
+// scales. With "+rot" the rotation spreads the outlier channels of keys,
+// which is what scales per channel were for. A position's key codes,
+// value codes and their scales and zeros are one run of bytes, read by
+// the kernels in place (simd.DotRowsU4, simd.GemmU4): a D = 128 position
+// is 160 bytes against 1024 in float32.
+//
+// # Rotation
+//
+// Storage "+rot" (after any element type) stores R·k and R·v for kvcache's
+// rotation R (package lowbit), rotates the queries alike (R·q · R·k = q·k)
+// and rotates the outputs back. Rules see rotated queries and keys only,
+// so that their indexes (page bounds, hashes) are of the rotated keys.
 package decstore
 
 import (
@@ -27,6 +51,7 @@ import (
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/internal/hugepage"
+	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 	"github.com/attnkit/attn/kvcache"
@@ -56,18 +81,44 @@ type Rule[S any] interface {
 
 // Head holds the keys and values of one sequence and key/value head,
 // interleaved: row j ([2][D]) is key j, then value j, in KV (float32
-// storage) or in KV16 (bfloat16 or binary16; DType says which). A decode
-// rule that gathers scattered positions then finds a value next to its
-// key, one run of memory for the prefetchers to bring in.
+// storage) or in KV16 (bfloat16 or binary16; DType says which), or
+// position j's i4Row in KV4. A decode rule that gathers scattered
+// positions then finds a value next to its key, one run of memory for
+// the prefetchers to bring in.
+//
+// The methods that compute (DotKeys, AddValues) use memory of the Head's
+// own for int4 rows: a Head is used by one goroutine at a time.
 type Head struct {
 	KV   []float32
 	KV16 []uint16
+	KV4  []uint8
 	d    int
 	dt   kvcache.DType
+	tmp  []float32 // int4 partial products
 }
 
-// DType returns the element type of the stored rows: kvcache.F32, BF16
-// or F16.
+// i4Row is the layout of a position of int4 storage, in bytes: the key's
+// packed codes (pw = lowbit.Stride(D)/2 bytes), the value's, then ng =
+// lowbit.ChanGroups(D) float32 key scales, ng key zeros, ng value scales
+// and ng value zeros.
+type i4Row struct{ pw, ng, size int }
+
+func rowI4(d int) i4Row {
+	pw, ng := lowbit.Stride(d)/2, lowbit.ChanGroups(d)
+	return i4Row{pw: pw, ng: ng, size: 2*pw + 16*ng}
+}
+
+// params returns the scales (4·ng float32: key scales, key zeros, value
+// scales, value zeros) of the int4 row at byte offset off of buf. The
+// offset is a multiple of 4, and the buffer's memory 4-aligned (Go
+// allocates byte slices 8-aligned at least).
+func (r i4Row) params(buf []uint8, off int) []float32 {
+	b := buf[off+2*r.pw:][:16*r.ng]
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), 4*r.ng)
+}
+
+// DType returns the element type of the stored rows: kvcache.F32, BF16,
+// F16 or I4.
 func (h *Head) DType() kvcache.DType { return h.dt }
 
 // K returns key row j as float32: the stored row itself for float32
@@ -78,8 +129,16 @@ func (h *Head) K(dst []float32, j int) []float32 { return h.row(dst, 2*j) }
 func (h *Head) V(dst []float32, j int) []float32 { return h.row(dst, 2*j+1) }
 
 func (h *Head) row(dst []float32, r int) []float32 {
-	if h.dt == kvcache.F32 {
+	switch h.dt {
+	case kvcache.F32:
 		return h.KV[r*h.d:][:h.d]
+	case kvcache.I4:
+		l := rowI4(h.d)
+		off, v := (r/2)*l.size, r%2
+		p := l.params(h.KV4, off)
+		dst = dst[:h.d]
+		lowbit.Dequant(dst, h.KV4[off+v*l.pw:][:l.pw], p[2*v*l.ng:], p[(2*v+1)*l.ng:], 1)
+		return dst
 	}
 	dst = dst[:h.d]
 	h.widen(dst, h.KV16[r*h.d:][:h.d])
@@ -98,11 +157,17 @@ func (h *Head) widen(dst []float32, src []uint16) {
 // stored rows themselves (stride Stride) for float32 storage, else the
 // rows widened into dst (len >= n·D, stride D).
 func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
-	if h.dt == kvcache.F32 {
+	switch h.dt {
+	case kvcache.F32:
 		return h.KV[2*j*h.d:], 2 * h.d
-	}
-	for i := range n {
-		h.widen(dst[i*h.d:][:h.d], h.KV16[2*(j+i)*h.d:][:h.d])
+	case kvcache.I4:
+		for i := range n {
+			h.row(dst[i*h.d:], 2*(j+i))
+		}
+	default:
+		for i := range n {
+			h.widen(dst[i*h.d:][:h.d], h.KV16[2*(j+i)*h.d:][:h.d])
+		}
 	}
 	return dst[:n*h.d], h.d
 }
@@ -116,17 +181,22 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 // row by row would wait for each row's misses in turn.
 func (h *Head) Gather(dst *Head, pos []int32) float32 {
 	dst.d, dst.dt = h.d, h.dt
-	if h.dt == kvcache.F32 {
+	switch h.dt {
+	case kvcache.F32:
 		var sink float32
 		dst.KV, sink = gather(dst.KV, h.KV, pos, 2*h.d)
 		return sink
+	case kvcache.I4:
+		var sink uint8
+		dst.KV4, sink = gather(dst.KV4, h.KV4, pos, rowI4(h.d).size)
+		return float32(sink)
 	}
 	var sink uint16
 	dst.KV16, sink = gather(dst.KV16, h.KV16, pos, 2*h.d)
 	return float32(sink)
 }
 
-func gather[T float32 | uint16](dst, src []T, pos []int32, st int) ([]T, T) {
+func gather[T float32 | uint16 | uint8](dst, src []T, pos []int32, st int) ([]T, T) {
 	// One element of every 64-byte line. The four chains run on across
 	// rows: kvcache's touchLines called a row at a time, its chains
 	// restarting at each, made MagicPIG's float32 step slower.
@@ -161,7 +231,12 @@ func gather[T float32 | uint16](dst, src []T, pos []int32, st int) ([]T, T) {
 func (h *Head) Stride() int { return 2 * h.d }
 
 // Len returns the positions stored.
-func (h *Head) Len() int { return (len(h.KV) + len(h.KV16)) / (2 * h.d) }
+func (h *Head) Len() int {
+	if h.dt == kvcache.I4 {
+		return len(h.KV4) / rowI4(h.d).size
+	}
+	return (len(h.KV) + len(h.KV16)) / (2 * h.d)
+}
 
 // DotKeys sets s[r*lds+i], for the rows query rows of q (row stride ldq,
 // D columns) and keys j+i, i < n, to their dot product, as simd.DotRows
@@ -174,6 +249,8 @@ func (h *Head) DotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next,
 		simd.DotRowsPF(s, lds, q, ldq, rows, h.KV[j*st:], st, n, d, h.KV[next*st:][:nn*st])
 	case kvcache.BF16:
 		simd.DotRowsBF16PF(s, lds, q, ldq, rows, h.KV16[j*st:], st, n, d, h.KV16[next*st:][:nn*st])
+	case kvcache.I4:
+		h.dotKeysI4(s, lds, q, ldq, rows, j, n)
 	default:
 		simd.DotRowsF16PF(s, lds, q, ldq, rows, h.KV16[j*st:], st, n, d, h.KV16[next*st:][:nn*st])
 	}
@@ -201,6 +278,8 @@ func (h *Head) AddValues(p []float32, ldp, rows, j, n int, acc, tmp []float32, n
 		simd.GemmPF(rows, d, n, p, ldp, h.KV[j*st+d:], st, acc, d, true, h.KV[next*st+d:][:max(nn*st-d, 0)])
 	case kvcache.BF16:
 		simd.GemmBF16(rows, d, n, p, ldp, h.KV16[j*st+d:], st, acc, d, true, h.KV16[next*st+d:][:max(nn*st-d, 0)])
+	case kvcache.I4:
+		h.addValuesI4(p, ldp, rows, j, n, acc)
 	default:
 		simd.GemmF16(rows, d, n, p, ldp, h.KV16[j*st+d:], st, acc, d, true, h.KV16[next*st+d:][:max(nn*st-d, 0)])
 	}
@@ -213,6 +292,10 @@ type Store struct {
 	limit int
 	heads []Head // [B][Hkv]
 	lens  []int
+	rot   *lowbit.Rotation // nil without "+rot"
+
+	// A step's rows rotated (q, k, v), with Storage "+rot".
+	rq, rk, rv []float32
 }
 
 // Config returns the configuration of the batch.
@@ -240,10 +323,11 @@ type Decoder[S any] struct {
 
 // NewStore validates cfg for a decoder called name (for errors) whose
 // sequences may hold at most limit positions, and returns an empty
-// store. cfg.Storage is "" or "f32", "bf16" or "f16"; the other storages
-// of kvcache (8- and 4-bit codes, rotation) and a StreamingLLM window are
-// errors wrapping attn.ErrUnsupported: the rules range over every cached
-// key, read in place at scattered positions.
+// store. cfg.Storage is "" or "f32", "bf16", "f16" or "i4", each with
+// "+rot" or not; int8 codes (kvcache's I8, a scale a row and widened
+// kernels, no fewer bytes than int4 to offer) and a StreamingLLM window
+// are errors wrapping attn.ErrUnsupported: the rules range over every
+// cached key, read in place at scattered positions.
 func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -253,8 +337,8 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	switch {
-	case rot || (dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16):
-		return nil, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16 or f16, not %q", attn.ErrUnsupported, name, cfg.Storage)
+	case dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16 && dt != kvcache.I4:
+		return nil, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16, f16 or i4 (each optionally +rot), not %q", attn.ErrUnsupported, name, cfg.Storage)
 	case cfg.Window > 0:
 		return nil, fmt.Errorf("%w: %s: the decoder has no StreamingLLM window (Window = %d): it has its own sinks and recent window, and its index ranges over every cached key", attn.ErrUnsupported, name, cfg.Window)
 	case cfg.MaxLen > limit:
@@ -263,6 +347,9 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	st := &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}
 	for i := range st.heads {
 		st.heads[i].d, st.heads[i].dt = cfg.D, dt
+	}
+	if rot {
+		st.rot = lowbit.NewRotation(cfg.D)
 	}
 	return st, nil
 }
@@ -276,7 +363,7 @@ func New[S any](st *Store, r Rule[S]) *Decoder[S] {
 func (d *Decoder[S]) Bytes() int {
 	n := 0
 	for _, h := range d.heads {
-		n += 4*cap(h.KV) + 2*cap(h.KV16)
+		n += 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4)
 	}
 	return n + d.rule.Bytes()
 }
@@ -284,7 +371,7 @@ func (d *Decoder[S]) Bytes() int {
 // Reset empties every sequence, keeping the memory.
 func (d *Decoder[S]) Reset() {
 	for i := range d.heads {
-		d.heads[i].KV, d.heads[i].KV16 = d.heads[i].KV[:0], d.heads[i].KV16[:0]
+		d.heads[i].KV, d.heads[i].KV16, d.heads[i].KV4 = d.heads[i].KV[:0], d.heads[i].KV16[:0], d.heads[i].KV4[:0]
 	}
 	clear(d.lens)
 	d.rule.Reset()
@@ -324,6 +411,8 @@ func (d *Decoder[S]) store(k, v []float32, n int, counts []int) {
 				h.KV = appendRows(d.cfg, h.KV, kb, vb, func(x float32) float32 { return x })
 			case kvcache.BF16:
 				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToBF16)
+			case kvcache.I4:
+				h.KV4 = appendI4(h.KV4, dd, d.cfg.MaxLen, kb, vb)
 			default:
 				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToF16)
 			}
@@ -338,18 +427,7 @@ func (d *Decoder[S]) store(k, v []float32, n int, counts []int) {
 func appendRows[T float32 | uint16](cfg attn.DecodeConfig, buf []T, k, v []float32, conv func(float32) T) []T {
 	dd := cfg.D
 	n := len(buf)
-	if need := n + 2*len(k); need > cap(buf) {
-		c := max(need, 2*cap(buf), 512*dd)
-		if cfg.MaxLen > 0 {
-			c = max(need, min(c, 2*cfg.MaxLen*dd))
-		}
-		nb := make([]T, n, c)
-		// Samples and pages are read at scattered rows: on 4 KiB pages
-		// nearly every row would also miss the TLB.
-		hugepage.Advise(nb[:c])
-		copy(nb, buf)
-		buf = nb
-	}
+	buf = grow8(buf, n+2*len(k), 512*dd, 2*cfg.MaxLen*dd)
 	buf = buf[:n+2*len(k)]
 	for i := range len(k) / dd {
 		kr, vr := buf[n+2*i*dd:][:dd], buf[n+(2*i+1)*dd:][:dd]
@@ -360,15 +438,37 @@ func appendRows[T float32 | uint16](cfg attn.DecodeConfig, buf []T, k, v []float
 	return buf
 }
 
+// grow8 returns buf (its length kept) with room for need elements: at
+// least twice its capacity and least, at most most where most > 0 (the
+// rows of MaxLen), and need in any case.
+func grow8[T float32 | uint16 | uint8](buf []T, need, least, most int) []T {
+	if need <= cap(buf) {
+		return buf
+	}
+	c := max(need, 2*cap(buf), least)
+	if most > 0 {
+		c = max(need, min(c, most))
+	}
+	nb := make([]T, len(buf), c)
+	// Samples and pages are read at scattered rows: on 4 KiB pages
+	// nearly every row would also miss the TLB.
+	hugepage.Advise(nb[:c])
+	copy(nb, buf)
+	return nb
+}
+
 // truncate drops what store appended past the committed lengths.
 func (d *Decoder[S]) truncate() {
 	dd := d.cfg.D
 	for b, l := range d.lens {
 		for kvh := range d.cfg.HKV {
 			h := d.Head(b, kvh)
-			if h.dt == kvcache.F32 {
+			switch h.dt {
+			case kvcache.F32:
 				h.KV = h.KV[:2*l*dd]
-			} else {
+			case kvcache.I4:
+				h.KV4 = h.KV4[:l*rowI4(dd).size]
+			default:
 				h.KV16 = h.KV16[:2*l*dd]
 			}
 		}
@@ -461,13 +561,28 @@ func (d *Decoder[S]) Step(ctx context.Context, q, k, v []float32, n int, valid [
 			}
 		}
 	}
+	if d.rot != nil {
+		q, k, v = d.rotate(&d.rq, q), d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+	}
 	d.store(k, v, n, counts)
 	if err := d.attend(ctx, q, n, counts, out, lse); err != nil {
 		d.truncate()
 		return err
 	}
+	if d.rot != nil {
+		// The padding rows are zeros, which rotate to zeros.
+		d.rot.Rows(out, true)
+	}
 	d.commit(counts)
 	return nil
+}
+
+// rotate returns x's rows rotated, in *buf.
+func (s *Store) rotate(buf *[]float32, x []float32) []float32 {
+	*buf = grow(*buf, len(x))
+	copy(*buf, x)
+	s.rot.Rows(*buf, false)
+	return *buf
 }
 
 // Append implements attn.Appender: the keys and values are stored and
@@ -483,6 +598,9 @@ func (d *Decoder[S]) Append(ctx context.Context, k, v []float32, n int, valid []
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if d.rot != nil {
+		k, v = d.rotate(&d.rk, k), d.rotate(&d.rv, v)
 	}
 	d.store(k, v, n, counts)
 	d.commit(counts)
@@ -603,6 +721,8 @@ func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
 	h := kv.st.Head(kv.b, kvh)
 	var tmp []float32
 	if h.dt != kvcache.F32 {
+		// Not the Head's own memory: flash packs a head's keys for
+		// several query blocks at once.
 		tmp = make([]float32, h.d)
 	}
 	for j := range n {

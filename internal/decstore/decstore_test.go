@@ -1,8 +1,11 @@
 package decstore_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -84,6 +87,11 @@ func TestExactRule(t *testing.T) {
 		{B: 1, H: 4, HKV: 4, D: 32, Scale: -0.3},
 		{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"},
 		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"},
+		{B: 2, H: 6, HKV: 2, D: 136, Storage: "i4"},
+		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4+rot"},
+		{B: 1, H: 3, HKV: 1, D: 24, Storage: "bf16+rot"},
+		{B: 1, H: 4, HKV: 2, D: 40, Storage: "f32+rot"},
 	} {
 		dectest.Run(t, newExact(t)(cfg), cfg, rng, dectest.Script(cfg.B, 41, 9), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
 			dectest.Compare(t, "exact rule", hs, st, before, out, lse, 2e-5, func(b, h, p int) ([]float64, float64, bool) {
@@ -108,7 +116,8 @@ func TestNewStoreErrors(t *testing.T) {
 	}{
 		{attn.DecodeConfig{B: 1, H: 3, HKV: 2, D: 4}, attn.ErrShape},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"}, attn.ErrUnsupported},
-		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "bf16+rot"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8+rot"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "+rot"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "f8"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Window: 8}, attn.ErrUnsupported},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, MaxLen: 1 << 21}, attn.ErrUnsupported},
@@ -117,4 +126,86 @@ func TestNewStoreErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", c.cfg, err, c.want)
 		}
 	}
+}
+
+// TestHeadKernels checks the products a rule computes on a Head (DotKeys,
+// AddValues, on the stored rows and on gathered ones) against float64
+// products with the rows K and V read back, for every storage and D
+// below, at and past a channel group and not a multiple of 8.
+func TestHeadKernels(t *testing.T) {
+	rng := dectest.FreshRNG(t, 3)
+	for _, storage := range []string{"f32", "bf16", "f16", "i4", "i4+rot"} {
+		for _, d := range []int{5, 24, 64, 72, 136} {
+			cfg := attn.DecodeConfig{B: 1, H: 3, HKV: 1, D: d, Storage: storage}
+			st, err := decstore.NewStore("test", cfg, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := decstore.New(st, &exactRule{st: st, indexed: make([]int, 1)})
+			const n = 37
+			k, v := normal(rng, n*d, 2), normal(rng, n*d, 1)
+			if err := dec.Append(context.Background(), k, v, n, nil); err != nil {
+				t.Fatal(err)
+			}
+			hd := st.Head(0, 0)
+			rows := 3
+			q := normal(rng, rows*d, 1)
+			j0, m := 4, 29
+			pos := []int32{30, 2, 17, 17, 0, 36}
+			var gathered decstore.Head
+			hd.Gather(&gathered, pos)
+			row := make([]float32, d)
+			for _, c := range []struct {
+				name string
+				h    *decstore.Head
+				at   func(i int) int
+				j, m int
+			}{
+				{"stored", hd, func(i int) int { return j0 + i }, j0, m},
+				{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos)},
+			} {
+				name := fmt.Sprintf("%s D=%d %s", storage, d, c.name)
+				if got := c.h.Len(); c.name == "gathered" && got != len(pos) {
+					t.Fatalf("%s: Len %d, want %d", name, got, len(pos))
+				}
+				s := make([]float32, rows*c.m)
+				c.h.DotKeys(s, c.m, q, d, rows, c.j, c.m, 0, 0)
+				p := normal(rng, rows*c.m, 1)
+				acc := normal(rng, rows*d, 1)
+				want := make([]float64, rows*d)
+				for i, x := range acc {
+					want[i] = float64(x)
+				}
+				c.h.AddValues(p, c.m, rows, c.j, c.m, acc, make([]float32, d), 0, 0)
+				for r := range rows {
+					for i := range c.m {
+						var dot, mag float64
+						for ch, x := range hd.K(row, c.at(i)) {
+							dot += float64(q[r*d+ch]) * float64(x)
+							mag += math.Abs(float64(q[r*d+ch]) * float64(x))
+						}
+						if e := math.Abs(float64(s[r*c.m+i]) - dot); e > 1e-5*mag+1e-6 {
+							t.Fatalf("%s: score [%d][%d] = %v, want %v", name, r, i, s[r*c.m+i], dot)
+						}
+						for ch, x := range hd.V(row, c.at(i)) {
+							want[r*d+ch] += float64(p[r*c.m+i]) * float64(x)
+						}
+					}
+				}
+				for i, w := range want {
+					if e := math.Abs(float64(acc[i]) - w); e > 1e-4 {
+						t.Fatalf("%s: acc[%d] = %v, want %v", name, i, acc[i], w)
+					}
+				}
+			}
+		}
+	}
+}
+
+func normal(rng *rand.Rand, n int, sd float32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64()) * sd
+	}
+	return x
 }

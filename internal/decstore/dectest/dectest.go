@@ -20,6 +20,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/half"
+	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/kvcache"
 	"github.com/attnkit/attn/ref"
 )
@@ -44,6 +45,9 @@ func FreshRNG(t testing.TB, stream uint64) *rand.Rand {
 type History struct {
 	Cfg     attn.DecodeConfig
 	Q, K, V [][][]float32 // Q [B][H], K and V [B][Hkv]: rows [positions][D]
+	// InK and InV are the keys and values as given (K and V as read
+	// back), [B][Hkv].
+	InK, InV [][][]float32
 }
 
 // NewHistory returns an empty history for cfg.
@@ -53,16 +57,18 @@ func NewHistory(cfg attn.DecodeConfig) *History {
 		hs.Q = append(hs.Q, make([][]float32, cfg.H))
 		hs.K = append(hs.K, make([][]float32, cfg.HKV))
 		hs.V = append(hs.V, make([][]float32, cfg.HKV))
+		hs.InK = append(hs.InK, make([][]float32, cfg.HKV))
+		hs.InV = append(hs.InV, make([][]float32, cfg.HKV))
 	}
 	return hs
 }
 
 // Add records the real positions of a step (q nil for an append). Keys
-// and values are recorded as the decoder stores them: rounded to 16 bits
-// for a Storage of "bf16" or "f16", so that the references are exact
-// attention over the stored rows.
+// and values are recorded as the decoder reads them back (see stored),
+// so that the references are exact attention over the stored rows.
 func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 	c, d := hs.Cfg, hs.Cfg.D
+	ik, iv := k, v
 	k, v = hs.stored(k), hs.stored(v)
 	for b := range c.B {
 		nb := Count(n, valid, b)
@@ -78,23 +84,46 @@ func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 			row := (b*c.HKV + kvh) * n
 			hs.K[b][kvh] = append(hs.K[b][kvh], k[row*d:(row+nb)*d]...)
 			hs.V[b][kvh] = append(hs.V[b][kvh], v[row*d:(row+nb)*d]...)
+			hs.InK[b][kvh] = append(hs.InK[b][kvh], ik[row*d:(row+nb)*d]...)
+			hs.InV[b][kvh] = append(hs.InV[b][kvh], iv[row*d:(row+nb)*d]...)
 		}
 	}
 }
 
-// stored returns x as the decoder stores it.
+// stored returns x (rows of D) as the decoder reads it back: rotated,
+// rounded to 16 bits or quantised to int4 codes and back (decstore's
+// groups), and rotated back.
 func (hs *History) stored(x []float32) []float32 {
-	dt, _, err := kvcache.ParseStorage(hs.Cfg.Storage)
-	if err != nil || (dt != kvcache.BF16 && dt != kvcache.F16) {
+	d := hs.Cfg.D
+	dt, rot, err := kvcache.ParseStorage(hs.Cfg.Storage)
+	if err != nil || (dt == kvcache.F32 && !rot) {
 		return x
 	}
-	y := make([]float32, len(x))
-	for i, e := range x {
-		if dt == kvcache.BF16 {
+	y := append([]float32(nil), x...)
+	var r *lowbit.Rotation
+	if rot {
+		r = lowbit.NewRotation(d)
+		r.Rows(y, false)
+	}
+	switch dt {
+	case kvcache.BF16:
+		for i, e := range y {
 			y[i] = half.BF16ToF32(half.F32ToBF16(e))
-		} else {
+		}
+	case kvcache.F16:
+		for i, e := range y {
 			y[i] = half.F16ToF32(half.F32ToF16(e))
 		}
+	case kvcache.I4:
+		pw, ng := lowbit.Stride(d)/2, lowbit.ChanGroups(d)
+		codes, scale, zero := make([]uint8, pw), make([]float32, ng), make([]float32, ng)
+		for o := 0; o < len(y); o += d {
+			lowbit.QuantRow(codes, scale, zero, 1, y[o:o+d], pw)
+			lowbit.Dequant(y[o:o+d], codes, scale, zero, 1)
+		}
+	}
+	if rot {
+		r.Rows(y, true)
 	}
 	return y
 }
@@ -295,7 +324,7 @@ func CheckRagged(t *testing.T, newDec func(attn.DecodeConfig) attn.Decoder, cfg 
 				continue
 			}
 			p := before[b]
-			q, k, v := sliceHeads(hs.Q[b], p, nb, d), sliceHeads(hs.K[b], p, nb, d), sliceHeads(hs.V[b], p, nb, d)
+			q, k, v := sliceHeads(hs.Q[b], p, nb, d), sliceHeads(hs.InK[b], p, nb, d), sliceHeads(hs.InV[b], p, nb, d)
 			o := make([]float32, cfg.H*nb*d)
 			l := make([]float32, cfg.H*nb)
 			if err := alone[b].Step(context.Background(), q, k, v, nb, nil, o, l); err != nil {
