@@ -332,13 +332,11 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dt, rot, err := kvcache.ParseStorage(cfg.Storage)
+	dt, rot, err := ParseStorage(name, cfg.Storage)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	switch {
-	case dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16 && dt != kvcache.I4:
-		return nil, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16, f16 or i4 (each optionally +rot), not %q", attn.ErrUnsupported, name, cfg.Storage)
 	case cfg.Window > 0:
 		return nil, fmt.Errorf("%w: %s: the decoder has no StreamingLLM window (Window = %d): it has its own sinks and recent window, and its index ranges over every cached key", attn.ErrUnsupported, name, cfg.Window)
 	case cfg.MaxLen > limit:
@@ -346,13 +344,66 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	}
 	st := &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}
 	for i := range st.heads {
-		st.heads[i].d, st.heads[i].dt = cfg.D, dt
+		st.heads[i] = *NewHead(cfg.D, dt)
 	}
 	if rot {
 		st.rot = lowbit.NewRotation(cfg.D)
 	}
 	return st, nil
 }
+
+// ParseStorage parses the Storage of a decoder called name (for errors)
+// that keeps its rows in Heads: "" or "f32", "bf16", "f16" or "i4", each
+// optionally with "+rot" (rot true: keys and values are stored rotated by
+// lowbit.NewRotation(D), queries rotated alike, outputs rotated back).
+// Other element types are errors wrapping attn.ErrUnsupported, malformed
+// names errors wrapping attn.ErrInput.
+func ParseStorage(name, storage string) (dt kvcache.DType, rot bool, err error) {
+	dt, rot, err = kvcache.ParseStorage(storage)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", name, err)
+	}
+	if dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16 && dt != kvcache.I4 {
+		return 0, false, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16, f16 or i4 (each optionally +rot), not %q", attn.ErrUnsupported, name, storage)
+	}
+	return dt, rot, nil
+}
+
+// NewHead returns an empty Head of rows of d values stored as dt
+// (kvcache.F32, BF16, F16 or I4).
+func NewHead(d int, dt kvcache.DType) *Head { return &Head{d: d, dt: dt} }
+
+// Append stores n = len(k)/D positions (key rows k, value rows v), the
+// memory growing as for a cache of at most maxLen positions (0: no
+// limit).
+func (h *Head) Append(k, v []float32, maxLen int) {
+	cfg := attn.DecodeConfig{D: h.d, MaxLen: maxLen}
+	switch h.dt {
+	case kvcache.F32:
+		h.KV = appendRows(cfg, h.KV, k, v, func(x float32) float32 { return x })
+	case kvcache.BF16:
+		h.KV16 = appendRows(cfg, h.KV16, k, v, half.F32ToBF16)
+	case kvcache.I4:
+		h.KV4 = appendI4(h.KV4, h.d, maxLen, k, v)
+	default:
+		h.KV16 = appendRows(cfg, h.KV16, k, v, half.F32ToF16)
+	}
+}
+
+// Truncate keeps the first n positions.
+func (h *Head) Truncate(n int) {
+	switch h.dt {
+	case kvcache.F32:
+		h.KV = h.KV[:2*n*h.d]
+	case kvcache.I4:
+		h.KV4 = h.KV4[:n*rowI4(h.d).size]
+	default:
+		h.KV16 = h.KV16[:2*n*h.d]
+	}
+}
+
+// Bytes returns the memory of the stored rows.
+func (h *Head) Bytes() int { return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*cap(h.tmp) }
 
 // New returns a decoder over st with rule r.
 func New[S any](st *Store, r Rule[S]) *Decoder[S] {
@@ -362,8 +413,8 @@ func New[S any](st *Store, r Rule[S]) *Decoder[S] {
 // Bytes returns the memory of the keys, values and the rule's index.
 func (d *Decoder[S]) Bytes() int {
 	n := 0
-	for _, h := range d.heads {
-		n += 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4)
+	for i := range d.heads {
+		n += d.heads[i].Bytes()
 	}
 	return n + d.rule.Bytes()
 }
@@ -403,19 +454,8 @@ func (d *Decoder[S]) store(k, v []float32, n int, counts []int) {
 	hkv, dd := d.cfg.HKV, d.cfg.D
 	for b, nb := range counts {
 		for kvh := range hkv {
-			h := d.Head(b, kvh)
 			src := (b*hkv + kvh) * n * dd
-			kb, vb := k[src:src+nb*dd], v[src:src+nb*dd]
-			switch h.dt {
-			case kvcache.F32:
-				h.KV = appendRows(d.cfg, h.KV, kb, vb, func(x float32) float32 { return x })
-			case kvcache.BF16:
-				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToBF16)
-			case kvcache.I4:
-				h.KV4 = appendI4(h.KV4, dd, d.cfg.MaxLen, kb, vb)
-			default:
-				h.KV16 = appendRows(d.cfg, h.KV16, kb, vb, half.F32ToF16)
-			}
+			d.Head(b, kvh).Append(k[src:src+nb*dd], v[src:src+nb*dd], d.cfg.MaxLen)
 		}
 	}
 }
@@ -459,18 +499,9 @@ func grow8[T float32 | uint16 | uint8](buf []T, need, least, most int) []T {
 
 // truncate drops what store appended past the committed lengths.
 func (d *Decoder[S]) truncate() {
-	dd := d.cfg.D
 	for b, l := range d.lens {
 		for kvh := range d.cfg.HKV {
-			h := d.Head(b, kvh)
-			switch h.dt {
-			case kvcache.F32:
-				h.KV = h.KV[:2*l*dd]
-			case kvcache.I4:
-				h.KV4 = h.KV4[:l*rowI4(dd).size]
-			default:
-				h.KV16 = h.KV16[:2*l*dd]
-			}
+			d.Head(b, kvh).Truncate(l)
 		}
 	}
 }
