@@ -55,7 +55,7 @@ type tables struct {
 // (each optionally "+rot") and a cfg.Window are errors wrapping
 // attn.ErrUnsupported.
 func (m *MagicPIG) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
-	st, err := decstore.NewStore("magicpig", cfg, math.MaxInt32)
+	st, err := decstore.NewStore("magicpig", cfg, math.MaxInt32, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,11 @@ type rule struct {
 	// page: the channel-wise maximum of its keys, then the minimum.
 	summ    [][]float32
 	indexed []int
+	// settled[i] is the head's Settled count when it was indexed: keys
+	// past it were read in float32 and change when their int4 group is
+	// quantised (decstore.Head.Settle), so their pages are summarised
+	// again.
+	settled []int
 
 	// Rows the steps have read: keys and values, and page summaries,
 	// for the tests that check a step reads a fraction of the cache.
@@ -39,11 +44,12 @@ type rule struct {
 // (each optionally "+rot") and a cfg.Window are errors wrapping
 // attn.ErrUnsupported.
 func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
-	st, err := decstore.NewStore("quest", cfg, math.MaxInt)
+	st, err := decstore.NewStore("quest", cfg, math.MaxInt, decstore.KeyGroup)
 	if err != nil {
 		return nil, err
 	}
-	r := &rule{m: m, st: st, scale: cfg.ScaleFor(), summ: make([][]float32, cfg.B*cfg.HKV), indexed: make([]int, cfg.B*cfg.HKV)}
+	r := &rule{m: m, st: st, scale: cfg.ScaleFor(), summ: make([][]float32, cfg.B*cfg.HKV),
+		indexed: make([]int, cfg.B*cfg.HKV), settled: make([]int, cfg.B*cfg.HKV)}
 	return &Decoder{Decoder: decstore.New(st, r), r: r}, nil
 }
 
@@ -70,6 +76,7 @@ func (r *rule) Reset() {
 		r.summ[i] = r.summ[i][:0]
 	}
 	clear(r.indexed)
+	clear(r.settled)
 }
 
 func (r *rule) Bytes() int {
@@ -80,15 +87,17 @@ func (r *rule) Bytes() int {
 	return n
 }
 
-// Index folds positions [indexed, n) into their pages' summaries.
+// Index folds positions [indexed, n) into their pages' summaries, and
+// summarises again the pages of keys that changed since (see settled).
 func (r *rule) Index(sc *scratch, b, kvh, n int) {
 	cfg := r.st.Config()
 	dd, page := cfg.D, r.m.page
 	i := b*cfg.HKV + kvh
 	hd := r.st.Head(b, kvh)
-	summ := r.summ[i]
+	from := min(r.indexed[i], r.settled[i]) / page * page
+	summ := r.summ[i][:from/page*2*dd]
 	sc.row = grow(sc.row, dd)
-	for p := r.indexed[i]; p < n; p++ {
+	for p := from; p < n; p++ {
 		key := hd.K(sc.row, p)
 		if p%page == 0 {
 			summ = append(summ, key...)
@@ -104,6 +113,7 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 	}
 	r.summ[i] = summ
 	r.indexed[i] = n
+	r.settled[i] = hd.Settled()
 }
 
 // layout returns, for a query at position p, the end of the sinks s0,

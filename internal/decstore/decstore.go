@@ -95,26 +95,45 @@ type Head struct {
 	d    int
 	dt   kvcache.DType
 	tmp  []float32 // int4 partial products
+
+	// Int4 keys quantised per channel (kg > 0, see Int4): groups of kg
+	// positions; kp holds the scales and zeros of the complete groups
+	// ([groups][2][D]), kres the float32 keys of the positions after
+	// them, not yet quantised.
+	kg   int
+	kp   []float32
+	kres []float32
 }
 
 // i4Row is the layout of a position of int4 storage, in bytes: the key's
-// packed codes (pw = lowbit.Stride(D)/2 bytes), the value's, then ng =
-// lowbit.ChanGroups(D) float32 key scales, ng key zeros, ng value scales
-// and ng value zeros.
-type i4Row struct{ pw, ng, size int }
+// packed codes (pw = lowbit.Stride(D)/2 bytes), the value's, then, for
+// keys per token (tok 1), ng = lowbit.ChanGroups(D) float32 key scales
+// and ng key zeros, and in any case ng value scales and ng value zeros.
+type i4Row struct{ pw, ng, tok, size int }
 
-func rowI4(d int) i4Row {
-	pw, ng := lowbit.Stride(d)/2, lowbit.ChanGroups(d)
-	return i4Row{pw: pw, ng: ng, size: 2*pw + 16*ng}
+func (h *Head) layout() i4Row {
+	pw, ng, tok := lowbit.Stride(h.d)/2, lowbit.ChanGroups(h.d), 1
+	if h.kg > 0 {
+		tok = 0
+	}
+	return i4Row{pw: pw, ng: ng, tok: tok, size: 2*pw + 8*(tok+1)*ng}
 }
 
-// params returns the scales (4·ng float32: key scales, key zeros, value
-// scales, value zeros) of the int4 row at byte offset off of buf. The
-// offset is a multiple of 4, and the buffer's memory 4-aligned (Go
-// allocates byte slices 8-aligned at least).
+// params returns the scales and zeros (2·(tok+1)·ng float32: key scales
+// and zeros for keys per token, value scales, value zeros) of the int4
+// row at byte offset off of buf. The offset is a multiple of 4, and the
+// buffer's memory 4-aligned (Go allocates byte slices 8-aligned at
+// least).
 func (r i4Row) params(buf []uint8, off int) []float32 {
-	b := buf[off+2*r.pw:][:16*r.ng]
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), 4*r.ng)
+	n := 2 * (r.tok + 1) * r.ng
+	b := buf[off+2*r.pw:][:4*n]
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+// values returns the value scales and zeros of the params of a row.
+func (r i4Row) values(p []float32) (scale, zero []float32) {
+	o := 2 * r.tok * r.ng
+	return p[o:][:r.ng], p[o+r.ng:][:r.ng]
 }
 
 // DType returns the element type of the stored rows: kvcache.F32, BF16,
@@ -133,12 +152,7 @@ func (h *Head) row(dst []float32, r int) []float32 {
 	case kvcache.F32:
 		return h.KV[r*h.d:][:h.d]
 	case kvcache.I4:
-		l := rowI4(h.d)
-		off, v := (r/2)*l.size, r%2
-		p := l.params(h.KV4, off)
-		dst = dst[:h.d]
-		lowbit.Dequant(dst, h.KV4[off+v*l.pw:][:l.pw], p[2*v*l.ng:], p[(2*v+1)*l.ng:], 1)
-		return dst
+		return h.rowI4(dst[:h.d], r/2, r%2 == 1)
 	}
 	dst = dst[:h.d]
 	h.widen(dst, h.KV16[r*h.d:][:h.d])
@@ -162,7 +176,7 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 		return h.KV[2*j*h.d:], 2 * h.d
 	case kvcache.I4:
 		for i := range n {
-			h.row(dst[i*h.d:], 2*(j+i))
+			h.rowI4(dst[i*h.d:][:h.d], j+i, false)
 		}
 	default:
 		for i := range n {
@@ -187,8 +201,11 @@ func (h *Head) Gather(dst *Head, pos []int32) float32 {
 		dst.KV, sink = gather(dst.KV, h.KV, pos, 2*h.d)
 		return sink
 	case kvcache.I4:
+		if h.kg > 0 {
+			panic("decstore: Gather of int4 keys quantised per channel")
+		}
 		var sink uint8
-		dst.KV4, sink = gather(dst.KV4, h.KV4, pos, rowI4(h.d).size)
+		dst.KV4, sink = gather(dst.KV4, h.KV4, pos, h.layout().size)
 		return float32(sink)
 	}
 	var sink uint16
@@ -233,7 +250,7 @@ func (h *Head) Stride() int { return 2 * h.d }
 // Len returns the positions stored.
 func (h *Head) Len() int {
 	if h.dt == kvcache.I4 {
-		return len(h.KV4) / rowI4(h.d).size
+		return len(h.KV4) / h.layout().size
 	}
 	return (len(h.KV) + len(h.KV16)) / (2 * h.d)
 }
@@ -301,6 +318,15 @@ type Store struct {
 // Config returns the configuration of the batch.
 func (s *Store) Config() attn.DecodeConfig { return s.cfg }
 
+// KeyGroup is the number of positions whose int4 keys share scales per
+// channel in a store that quantises keys per channel (NewStore's
+// keyGroup), as in kvcache.
+const KeyGroup = 64
+
+// KeyGroup returns the positions a group of per-channel int4 key scales
+// spans, 0 where keys are not quantised per channel.
+func (s *Store) KeyGroup() int { return s.heads[0].kg }
+
 // Head returns the keys and values of sequence b, key/value head kvh.
 func (s *Store) Head(b, kvh int) *Head { return &s.heads[b*s.cfg.HKV+kvh] }
 
@@ -323,12 +349,14 @@ type Decoder[S any] struct {
 
 // NewStore validates cfg for a decoder called name (for errors) whose
 // sequences may hold at most limit positions, and returns an empty
-// store. cfg.Storage is "" or "f32", "bf16", "f16" or "i4", each with
+// store. With Storage "i4", keyGroup > 0 quantises keys per channel over
+// groups of keyGroup positions (see Int4), which Gather cannot read;
+// keyGroup 0 quantises them per token. cfg.Storage is "" or "f32", "bf16", "f16" or "i4", each with
 // "+rot" or not; int8 codes (kvcache's I8, a scale a row and widened
 // kernels, no fewer bytes than int4 to offer) and a StreamingLLM window
 // are errors wrapping attn.ErrUnsupported: the rules range over every
 // cached key, read in place at scattered positions.
-func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
+func NewStore(name string, cfg attn.DecodeConfig, limit, keyGroup int) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -345,6 +373,9 @@ func NewStore(name string, cfg attn.DecodeConfig, limit int) (*Store, error) {
 	st := &Store{cfg: cfg, name: name, limit: limit, heads: make([]Head, cfg.B*cfg.HKV), lens: make([]int, cfg.B)}
 	for i := range st.heads {
 		st.heads[i] = *NewHead(cfg.D, dt)
+		if dt == kvcache.I4 {
+			st.heads[i].kg = max(keyGroup, 0)
+		}
 	}
 	if rot {
 		st.rot = lowbit.NewRotation(cfg.D)
@@ -384,7 +415,7 @@ func (h *Head) Append(k, v []float32, maxLen int) {
 	case kvcache.BF16:
 		h.KV16 = appendRows(cfg, h.KV16, k, v, half.F32ToBF16)
 	case kvcache.I4:
-		h.KV4 = appendI4(h.KV4, h.d, maxLen, k, v)
+		h.appendI4(k, v, maxLen)
 	default:
 		h.KV16 = appendRows(cfg, h.KV16, k, v, half.F32ToF16)
 	}
@@ -396,14 +427,16 @@ func (h *Head) Truncate(n int) {
 	case kvcache.F32:
 		h.KV = h.KV[:2*n*h.d]
 	case kvcache.I4:
-		h.KV4 = h.KV4[:n*rowI4(h.d).size]
+		h.truncateI4(n)
 	default:
 		h.KV16 = h.KV16[:2*n*h.d]
 	}
 }
 
 // Bytes returns the memory of the stored rows.
-func (h *Head) Bytes() int { return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*cap(h.tmp) }
+func (h *Head) Bytes() int {
+	return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*(cap(h.tmp)+cap(h.kp)+cap(h.kres))
+}
 
 // New returns a decoder over st with rule r.
 func New[S any](st *Store, r Rule[S]) *Decoder[S] {
@@ -422,7 +455,7 @@ func (d *Decoder[S]) Bytes() int {
 // Reset empties every sequence, keeping the memory.
 func (d *Decoder[S]) Reset() {
 	for i := range d.heads {
-		d.heads[i].KV, d.heads[i].KV16, d.heads[i].KV4 = d.heads[i].KV[:0], d.heads[i].KV16[:0], d.heads[i].KV4[:0]
+		d.heads[i].Truncate(0)
 	}
 	clear(d.lens)
 	d.rule.Reset()
@@ -539,6 +572,7 @@ func (d *Decoder[S]) commit(counts []int) {
 		if nb > 0 {
 			for kvh := range d.cfg.HKV {
 				jobs = append(jobs, b*d.cfg.HKV+kvh)
+				d.Head(b, kvh).Settle()
 			}
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -68,9 +70,9 @@ func (r *exactRule) Decode(sc []float64, b, kvh, p int, q, out, lse []float32) {
 	}
 }
 
-func newExact(t *testing.T) func(attn.DecodeConfig) attn.Decoder {
+func newExact(t *testing.T, keyGroup int) func(attn.DecodeConfig) attn.Decoder {
 	return func(cfg attn.DecodeConfig) attn.Decoder {
-		st, err := decstore.NewStore("exact", cfg, 1<<20)
+		st, err := decstore.NewStore("exact", cfg, 1<<20, keyGroup)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,18 +84,27 @@ func newExact(t *testing.T) func(attn.DecodeConfig) attn.Decoder {
 // prompt chunks (flash over the stored rows) included.
 func TestExactRule(t *testing.T) {
 	rng := dectest.FreshRNG(t, 1)
-	for _, cfg := range []attn.DecodeConfig{
-		{B: 3, H: 6, HKV: 2, D: 19},
-		{B: 1, H: 4, HKV: 4, D: 32, Scale: -0.3},
-		{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"},
-		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
-		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"},
-		{B: 2, H: 6, HKV: 2, D: 136, Storage: "i4"},
-		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4+rot"},
-		{B: 1, H: 3, HKV: 1, D: 24, Storage: "bf16+rot"},
-		{B: 1, H: 4, HKV: 2, D: 40, Storage: "f32+rot"},
+	for _, c := range []struct {
+		cfg      attn.DecodeConfig
+		keyGroup int
+	}{
+		{attn.DecodeConfig{B: 3, H: 6, HKV: 2, D: 19}, 0},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 4, D: 32, Scale: -0.3}, 0},
+		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 19, Storage: "bf16"}, 0},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"}, 0},
+		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"}, 0},
+		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 136, Storage: "i4"}, 0},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4+rot"}, 0},
+		{attn.DecodeConfig{B: 1, H: 3, HKV: 1, D: 24, Storage: "bf16+rot"}, 0},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 40, Storage: "f32+rot"}, 0},
+		// Keys per channel: groups completed by a prompt, by single
+		// steps, and the open group read as float32.
+		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"}, 5},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4+rot"}, 5},
+		{attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 24, Storage: "i4+rot"}, decstore.KeyGroup},
 	} {
-		dectest.Run(t, newExact(t)(cfg), cfg, rng, dectest.Script(cfg.B, 41, 9), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
+		cfg := c.cfg
+		dectest.Run(t, newExact(t, c.keyGroup)(cfg), cfg, rng, dectest.Script(cfg.B, 41, 9), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
 			dectest.Compare(t, "exact rule", hs, st, before, out, lse, 2e-5, func(b, h, p int) ([]float64, float64, bool) {
 				o, l := hs.Exact(b, h, p)
 				return o, l, true
@@ -104,9 +115,13 @@ func TestExactRule(t *testing.T) {
 
 func TestSkeleton(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 7}
-	dectest.CheckRagged(t, newExact(t), cfg, dectest.FreshRNG(t, 2), dectest.Script(cfg.B, 23, 6))
-	dectest.CheckWorkers(t, newExact(t), cfg, 3, dectest.Script(cfg.B, 23, 6))
-	dectest.CheckState(t, newExact(t), attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 5, MaxLen: 40})
+	dectest.CheckRagged(t, newExact(t, 0), cfg, dectest.FreshRNG(t, 2), dectest.Script(cfg.B, 23, 6))
+	dectest.CheckWorkers(t, newExact(t, 0), cfg, 3, dectest.Script(cfg.B, 23, 6))
+	dectest.CheckState(t, newExact(t, 0), attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 5, MaxLen: 40})
+	i4 := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 16, Storage: "i4+rot"}
+	dectest.CheckRagged(t, newExact(t, 5), i4, dectest.FreshRNG(t, 4), dectest.Script(i4.B, 23, 6))
+	dectest.CheckWorkers(t, newExact(t, 5), i4, 3, dectest.Script(i4.B, 23, 6))
+	dectest.CheckState(t, newExact(t, 5), attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 5, MaxLen: 40, Storage: "i4"})
 }
 
 func TestNewStoreErrors(t *testing.T) {
@@ -122,7 +137,7 @@ func TestNewStoreErrors(t *testing.T) {
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Window: 8}, attn.ErrUnsupported},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, MaxLen: 1 << 21}, attn.ErrUnsupported},
 	} {
-		if _, err := decstore.NewStore("test", c.cfg, 1<<20); !errors.Is(err, c.want) {
+		if _, err := decstore.NewStore("test", c.cfg, 1<<20, 0); !errors.Is(err, c.want) {
 			t.Errorf("%+v: %v, want %v", c.cfg, err, c.want)
 		}
 	}
@@ -134,10 +149,13 @@ func TestNewStoreErrors(t *testing.T) {
 // below, at and past a channel group and not a multiple of 8.
 func TestHeadKernels(t *testing.T) {
 	rng := dectest.FreshRNG(t, 3)
-	for _, storage := range []string{"f32", "bf16", "f16", "i4", "i4+rot"} {
+	for _, storage := range []string{"f32", "bf16", "f16", "i4", "i4+rot", "i4/5", "i4+rot/5"} {
 		for _, d := range []int{5, 24, 64, 72, 136} {
+			// "/5": keys per channel over groups of 5 positions.
+			storage, group, _ := strings.Cut(storage, "/")
+			kg, _ := strconv.Atoi(group)
 			cfg := attn.DecodeConfig{B: 1, H: 3, HKV: 1, D: d, Storage: storage}
-			st, err := decstore.NewStore("test", cfg, 1<<20)
+			st, err := decstore.NewStore("test", cfg, 1<<20, kg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,21 +168,25 @@ func TestHeadKernels(t *testing.T) {
 			hd := st.Head(0, 0)
 			rows := 3
 			q := normal(rng, rows*d, 1)
-			j0, m := 4, 29
+			// With keys per channel, 35 positions quantised and 2 in
+			// float32.
+			j0, m := 4, n-4
 			pos := []int32{30, 2, 17, 17, 0, 36}
-			var gathered decstore.Head
-			hd.Gather(&gathered, pos)
-			row := make([]float32, d)
-			for _, c := range []struct {
+			type head struct {
 				name string
 				h    *decstore.Head
 				at   func(i int) int
 				j, m int
-			}{
-				{"stored", hd, func(i int) int { return j0 + i }, j0, m},
-				{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos)},
-			} {
-				name := fmt.Sprintf("%s D=%d %s", storage, d, c.name)
+			}
+			row := make([]float32, d)
+			heads := []head{{"stored", hd, func(i int) int { return j0 + i }, j0, m}}
+			if kg == 0 {
+				var gathered decstore.Head
+				hd.Gather(&gathered, pos)
+				heads = append(heads, head{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos)})
+			}
+			for _, c := range heads {
+				name := fmt.Sprintf("%s group %d D=%d %s", storage, kg, d, c.name)
 				if got := c.h.Len(); c.name == "gathered" && got != len(pos) {
 					t.Fatalf("%s: Len %d, want %d", name, got, len(pos))
 				}

@@ -1,6 +1,8 @@
 package decstore
 
 import (
+	"math"
+
 	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
 )
@@ -26,14 +28,143 @@ func (h *Head) scratch(n int) []float32 {
 	return h.tmp[:n]
 }
 
-// dotKeysI4 is DotKeys for int4 rows: per channel group, the query's dot
-// products with the codes of each half (simd.DotRowsU4, in place), then
-// score += scale·dot + zero·Σ q over the group.
+// rowI4 writes position j's key (value false) or value into dst (D
+// values), read back as float32.
+func (h *Head) rowI4(dst []float32, j int, value bool) []float32 {
+	l := h.layout()
+	off := j * l.size
+	p := l.params(h.KV4, off)
+	switch {
+	case value:
+		sc, z := l.values(p)
+		lowbit.Dequant(dst, h.KV4[off+l.pw:][:l.pw], sc, z, 1)
+	case h.kg == 0:
+		lowbit.Dequant(dst, h.KV4[off:][:l.pw], p[:l.ng], p[l.ng:], 1)
+	case j >= h.Settled():
+		copy(dst, h.kres[(j-h.Settled())*h.d:][:h.d])
+	default:
+		g := h.kp[j/h.kg*2*h.d:][:2*h.d]
+		lowbit.Dequant(dst, h.KV4[off:][:l.pw], g[:h.d], g[h.d:], 0)
+	}
+	return dst
+}
+
+// Settled returns the number of positions whose stored form is final:
+// all of them, but for int4 keys quantised per channel, whose positions
+// past the last complete group are kept in float32 until it completes
+// (Settle).
+func (h *Head) Settled() int {
+	if h.kg == 0 {
+		return h.Len()
+	}
+	return len(h.kp) / (2 * h.d) * h.kg
+}
+
+// Settle quantises the keys of the groups of positions that are complete
+// (int4 keys per channel; otherwise it does nothing): per channel over
+// the group, one scale and zero, as kvcache quantises keys.
+func (h *Head) Settle() {
+	if h.kg == 0 {
+		return
+	}
+	d, g := h.d, h.kg
+	l := h.layout()
+	lo, hi := make([]float32, d), make([]float32, d)
+	bad := make([]bool, d)
+	done := 0
+	for ; (done+g)*d <= len(h.kres); done += g {
+		keys := h.kres[done*d:][:g*d]
+		for c := range d {
+			lo[c], hi[c], bad[c] = float32(math.Inf(1)), float32(math.Inf(-1)), false
+		}
+		for r := range g {
+			for c, x := range keys[r*d:][:d] {
+				if !(x >= -math.MaxFloat32 && x <= math.MaxFloat32) {
+					bad[c] = true
+				}
+				lo[c], hi[c] = min(lo[c], x), max(hi[c], x)
+			}
+		}
+		at := len(h.kp)
+		h.kp = append(h.kp, make([]float32, 2*d)...)
+		scale, zero := h.kp[at:][:d], h.kp[at+d:][:d]
+		p0 := h.Settled() - g // the group's first position
+		for c := range d {
+			scale[c], zero[c] = lowbit.Params(lo[c], hi[c], bad[c])
+			inv := lowbit.Inv(scale[c])
+			for r := range g {
+				lowbit.SetCode(h.KV4[(p0+r)*l.size:][:l.pw], c, lowbit.Code(keys[r*d+c], zero[c], inv), l.pw)
+			}
+		}
+	}
+	if done > 0 {
+		h.kres = h.kres[:copy(h.kres, h.kres[done*d:])]
+	}
+}
+
+// dotKeysI4 is DotKeys for int4 rows.
 func (h *Head) dotKeysI4(s []float32, lds int, q []float32, ldq, rows, j, n int) {
-	l := rowI4(h.d)
 	if rows == 0 || n == 0 {
 		return
 	}
+	if h.kg == 0 {
+		h.dotKeysToken(s, lds, q, ldq, rows, j, n)
+		return
+	}
+	d, set := h.d, h.Settled()
+	for i := 0; i < n; {
+		p := j + i
+		if p >= set { // the float32 keys of the open groups
+			simd.DotRows(s[i:], lds, q, ldq, rows, h.kres[(p-set)*d:], d, n-i, d)
+			return
+		}
+		m := min(n-i, (p/h.kg+1)*h.kg-p, set-p)
+		h.dotKeysGroup(s[i:], lds, q, ldq, rows, p, m)
+		i += m
+	}
+}
+
+// dotKeysGroup scores keys [j, j+n) of one group quantised per channel:
+// the group's scales folded into the queries (q'_c = q_c·scale_c, as
+// kvcache does), their dot products with the codes, plus Σ q_c·zero_c.
+func (h *Head) dotKeysGroup(s []float32, lds int, q []float32, ldq, rows, j, n int) {
+	l, d := h.layout(), h.d
+	g := h.kp[j/h.kg*2*d:][:2*d]
+	scale, zero := g[:d], g[d:]
+	tmp := h.scratch(rows*d + rows*n)
+	qf, part := tmp[:rows*d], tmp[rows*d:]
+	for r := range rows {
+		copy(qf[r*d:][:d], q[r*ldq:][:d])
+	}
+	simd.ScaleColumns(qf, d, rows, scale)
+	k := h.KV4[j*l.size:]
+	first := true
+	halves(l.pw, 0, d, func(hi bool, b, p0, p1 int) {
+		kk := k[b:][:(n-1)*l.size+p1-p0]
+		if first {
+			simd.DotRowsU4(s, lds, qf[p0:], d, rows, kk, l.size, n, p1-p0, hi)
+			first = false
+			return
+		}
+		simd.DotRowsU4(part, n, qf[p0:], d, rows, kk, l.size, n, p1-p0, hi)
+		for r := range rows {
+			simd.Axpy(1, part[r*n:][:n], s[r*lds:][:n])
+		}
+	})
+	for r := range rows {
+		z := simd.Dot(q[r*ldq:][:d], zero)
+		for i := range s[r*lds:][:n] {
+			s[r*lds+i] += z
+		}
+	}
+}
+
+// dotKeysToken is DotKeys for int4 keys quantised per token: per channel
+// group, the query's dot products with the codes of each half
+// (simd.DotRowsU4, in place), then score += scale·dot + zero·Σ q over the
+// group.
+func (h *Head) dotKeysToken(s []float32, lds int, q []float32, ldq, rows, j, n int) {
+	l := h.layout()
 	tmp := h.scratch(2*rows*n + rows)
 	part, dot, qsum := tmp[:rows*n], tmp[rows*n:2*rows*n], tmp[2*rows*n:]
 	k := h.KV4[j*l.size:]
@@ -77,7 +208,7 @@ func (h *Head) dotKeysI4(s []float32, lds int, q []float32, ldq, rows, j, n int)
 // simd.GemmU4 on the codes in place, and Σ_i p_i·zero_i added to the
 // group's channels.
 func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
-	l := rowI4(h.d)
+	l := h.layout()
 	if rows == 0 || n == 0 {
 		return
 	}
@@ -88,9 +219,9 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 		for r := range rows {
 			var zs float32
 			for i, w := range p[r*ldp:][:n] {
-				ps := l.params(h.KV4, (j+i)*l.size)
-				pt[r*n+i] = w * ps[2*l.ng+cg]
-				zs += w * ps[3*l.ng+cg]
+				vs, vz := l.values(l.params(h.KV4, (j+i)*l.size))
+				pt[r*n+i] = w * vs[cg]
+				zs += w * vz[cg]
 			}
 			for c := c0; c < c1; c++ {
 				acc[r*h.d+c] += zs
@@ -103,19 +234,46 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 	}
 }
 
-// appendI4 appends the int4 rows of key and value rows k and v to buf,
-// growing it as appendRows does.
-func appendI4(buf []uint8, d, maxLen int, k, v []float32) []uint8 {
-	l := rowI4(d)
+// appendI4 appends int4 rows for key and value rows k and v: values
+// quantised per token; keys per token too, or, per channel, kept in
+// float32 until their group completes (Settle).
+func (h *Head) appendI4(k, v []float32, maxLen int) {
+	l, d := h.layout(), h.d
 	n := len(k) / d
-	buf = grow8(buf, len(buf)+n*l.size, 256*l.size, maxLen*l.size)
+	buf := grow8(h.KV4, len(h.KV4)+n*l.size, 256*l.size, maxLen*l.size)
 	buf = buf[:len(buf)+n*l.size]
 	base := len(buf) - n*l.size
 	for i := range n {
 		off := base + i*l.size
 		p := l.params(buf, off)
-		lowbit.QuantRow(buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1, k[i*d:][:d], l.pw)
-		lowbit.QuantRow(buf[off+l.pw:][:l.pw], p[2*l.ng:3*l.ng], p[3*l.ng:], 1, v[i*d:][:d], l.pw)
+		if h.kg == 0 {
+			lowbit.QuantRow(buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1, k[i*d:][:d], l.pw)
+		} else {
+			clear(buf[off:][:l.pw]) // Settle ORs the codes in
+		}
+		vs, vz := l.values(p)
+		lowbit.QuantRow(buf[off+l.pw:][:l.pw], vs, vz, 1, v[i*d:][:d], l.pw)
 	}
-	return buf
+	h.KV4 = buf
+	if h.kg > 0 {
+		h.kres = append(h.kres, k[:n*d]...)
+	}
+}
+
+// truncateI4 keeps the first n positions. Keys quantised per channel
+// cannot be taken back past the last complete group, but to none.
+func (h *Head) truncateI4(n int) {
+	h.KV4 = h.KV4[:n*h.layout().size]
+	if h.kg == 0 {
+		return
+	}
+	set := h.Settled()
+	switch {
+	case n == 0:
+		h.kp, h.kres = h.kp[:0], h.kres[:0]
+	case n < set:
+		panic("decstore: Truncate into int4 keys already quantised")
+	default:
+		h.kres = h.kres[:(n-set)*h.d]
+	}
 }

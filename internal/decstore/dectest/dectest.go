@@ -48,6 +48,13 @@ type History struct {
 	// InK and InV are the keys and values as given (K and V as read
 	// back), [B][Hkv].
 	InK, InV [][][]float32
+	// KeyGroup > 0: int4 keys are quantised per channel over groups of
+	// KeyGroup positions once a step after their group completes, kept
+	// in float32 until then (decstore's Settle); pend holds those
+	// rotated keys, set the positions quantised, [B][Hkv].
+	KeyGroup int
+	pend     [][][]float32
+	set      [][]int
 }
 
 // NewHistory returns an empty history for cfg.
@@ -69,7 +76,13 @@ func NewHistory(cfg attn.DecodeConfig) *History {
 func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 	c, d := hs.Cfg, hs.Cfg.D
 	ik, iv := k, v
-	k, v = hs.stored(k), hs.stored(v)
+	if hs.KeyGroup > 0 {
+		hs.settle()
+		k = hs.rotated(k, true)
+	} else {
+		k = hs.stored(k)
+	}
+	v = hs.stored(v)
 	for b := range c.B {
 		nb := Count(n, valid, b)
 		for h := range c.H {
@@ -85,7 +98,61 @@ func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 			hs.K[b][kvh] = append(hs.K[b][kvh], k[row*d:(row+nb)*d]...)
 			hs.V[b][kvh] = append(hs.V[b][kvh], v[row*d:(row+nb)*d]...)
 			hs.InK[b][kvh] = append(hs.InK[b][kvh], ik[row*d:(row+nb)*d]...)
+			if hs.KeyGroup > 0 {
+				hs.pend[b][kvh] = append(hs.pend[b][kvh], hs.rotated(ik[row*d:(row+nb)*d], false)...)
+			}
 			hs.InV[b][kvh] = append(hs.InV[b][kvh], iv[row*d:(row+nb)*d]...)
+		}
+	}
+}
+
+// rotated returns a copy of x (rows of D) rotated as the decoder stores
+// it, and with back, rotated back (float32 rounding the only change).
+func (hs *History) rotated(x []float32, back bool) []float32 {
+	y := append([]float32(nil), x...)
+	if _, rot, _ := kvcache.ParseStorage(hs.Cfg.Storage); rot {
+		r := lowbit.NewRotation(hs.Cfg.D)
+		r.Rows(y, false)
+		if back {
+			r.Rows(y, true)
+		}
+	}
+	return y
+}
+
+// settle quantises the keys of complete groups per channel, as
+// decstore's Settle, and puts them, read back, in K.
+func (hs *History) settle() {
+	c, d, g := hs.Cfg, hs.Cfg.D, hs.KeyGroup
+	if hs.pend == nil {
+		for range c.B {
+			hs.pend = append(hs.pend, make([][]float32, c.HKV))
+			hs.set = append(hs.set, make([]int, c.HKV))
+		}
+	}
+	_, rot, _ := kvcache.ParseStorage(c.Storage)
+	col := make([]float32, g)
+	for b := range c.B {
+		for kvh := range c.HKV {
+			for len(hs.pend[b][kvh]) >= g*d {
+				keys := hs.pend[b][kvh][:g*d]
+				for ch := range d {
+					for r := range g {
+						col[r] = keys[r*d+ch]
+					}
+					scale, zero := lowbit.Params(lowbit.Range(col))
+					inv := lowbit.Inv(scale)
+					for r := range g {
+						keys[r*d+ch] = zero + scale*float32(lowbit.Code(col[r], zero, inv))
+					}
+				}
+				if rot {
+					lowbit.NewRotation(d).Rows(keys, true)
+				}
+				copy(hs.K[b][kvh][hs.set[b][kvh]*d:], keys)
+				hs.pend[b][kvh] = hs.pend[b][kvh][g*d:]
+				hs.set[b][kvh] += g
+			}
 		}
 	}
 }
@@ -234,6 +301,9 @@ func Run(t testing.TB, dec attn.Decoder, cfg attn.DecodeConfig, rng *rand.Rand, 
 	check func(hs *History, st Step, before []int, out, lse []float32)) *History {
 	t.Helper()
 	hs := NewHistory(cfg)
+	if kg, ok := dec.(interface{ KeyGroup() int }); ok {
+		hs.KeyGroup = kg.KeyGroup()
+	}
 	for _, st := range steps {
 		q := ref.Normal(rng, cfg.B*cfg.H*st.N*cfg.D)
 		k := ref.Normal(rng, cfg.B*cfg.HKV*st.N*cfg.D)
