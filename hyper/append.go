@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/attnkit/attn"
 )
@@ -36,18 +35,16 @@ func (d *Decoder) Append(ctx context.Context, k, v []float32, n int, valid []int
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if d.rot != nil {
+		k, v = d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+	}
 	dd := cfg.D
 	sc := d.getScratch()
 	for b := range cfg.B {
 		nb := count(b)
-		p0 := d.lens[b]
 		for kvh := range cfg.HKV {
-			hd := d.heads[b*cfg.HKV+kvh]
 			src := (b*cfg.HKV + kvh) * n * dd
-			hd.k = append(hd.k, k[src:src+nb*dd]...)
-			hd.v = append(hd.v, v[src:src+nb*dd]...)
-			hd.bucket = slices.Grow(hd.bucket, nb)[:p0+nb]
-			sc.proj = d.lsh.buckets(hd.bucket[p0:], k[src:src+nb*dd], sc.proj)
+			d.store(sc, d.heads[b*cfg.HKV+kvh], d.lens[b], k[src:src+nb*dd], v[src:src+nb*dd])
 		}
 	}
 	d.mu.Lock()

@@ -11,12 +11,18 @@ import (
 
 // TestAppendThenStep checks that positions taken by Append are what a
 // later step sees as if they had gone through Step: the next steps' outputs
-// agree bit for bit.
+// agree bit for bit, in float32 and in rotated int4.
 func TestAppendThenStep(t *testing.T) {
+	for _, st := range []string{"", "i4+rot"} {
+		t.Run(st, func(t *testing.T) { testAppendThenStep(t, st) })
+	}
+}
+
+func testAppendThenStep(t *testing.T, storage string) {
 	rng := testRNG(t, 91)
 	ctx := context.Background()
 	a := newAttention(t, Config{Block: 6, Samples: 5, Projs: 3, Min: 20, Seed: 3})
-	cfg := attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 7}
+	cfg := attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 7, Storage: storage}
 	const n, steps = 45, 7
 	q, k, v := ref.Normal(rng, 2*6*n*7), ref.Normal(rng, 2*2*n*7), ref.Normal(rng, 2*2*n*7)
 	valid := []int{45, 31}
@@ -49,7 +55,7 @@ func TestAppendThenStep(t *testing.T) {
 	if appended.Len(1) != 31+steps {
 		t.Errorf("Len(1) = %d, want %d", appended.Len(1), 31+steps)
 	}
-	full, _ := a.NewDecoder(attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 3, MaxLen: 4})
+	full, _ := a.NewDecoder(attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 3, MaxLen: 4, Storage: storage})
 	if err := full.(attn.Appender).Append(ctx, make([]float32, 15), make([]float32, 15), 5, nil); !errors.Is(err, attn.ErrFull) {
 		t.Errorf("past MaxLen: %v, want ErrFull", err)
 	}

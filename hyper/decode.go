@@ -9,8 +9,11 @@ import (
 	"sync"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/decstore"
+	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
+	"github.com/attnkit/attn/kvcache"
 )
 
 // MaxDecodeProjs is the largest number of LSH projections a Decoder
@@ -28,11 +31,15 @@ type Decoder struct {
 	cfg     attn.DecodeConfig
 	scale   float32
 	lsh     *SortLSH
-	window  int           // recent positions attended exactly, the query's own included
-	nbhd    int           // keys of the bucket's neighbourhood
-	samples int           // sampled columns of the older keys
-	heads   []*decodeHead // [B][Hkv]
-	lens    []int         // positions of each sequence
+	window  int              // recent positions attended exactly, the query's own included
+	nbhd    int              // keys of the bucket's neighbourhood
+	samples int              // sampled columns of the older keys
+	heads   []*decodeHead    // [B][Hkv]
+	lens    []int            // positions of each sequence
+	rot     *lowbit.Rotation // nil without "+rot"
+
+	// A step's rows rotated (q, k, v), with "+rot".
+	rq, rk, rv []float32
 
 	mu         sync.Mutex
 	free, used []*decodeScratch
@@ -45,8 +52,8 @@ type Decoder struct {
 // decodeHead is the state of one sequence and key/value head: the keys
 // and values, their buckets, and the index of the older keys by bucket.
 type decodeHead struct {
-	k, v   []float32 // [positions][D]
-	bucket []uint32  // bucket of every position's key
+	kv     decstore.Head // keys and values, in cfg.Storage
+	bucket []uint32      // bucket of every position's key, as stored
 	// Positions [0, indexed) are in the index: fen is a Fenwick tree of
 	// their counts per bucket (1-based, 2^Projs entries), lists their
 	// positions per bucket in increasing order. Their concatenation in
@@ -57,18 +64,29 @@ type decodeHead struct {
 }
 
 // NewDecoder returns an empty Decoder with a's parameters for the batch of
-// cfg. Keys and values are stored as float32; a cfg.Storage other than ""
-// or "f32", a cfg.Window (HyperAttention keeps every key), value-norm
-// sampling (its distribution is over all cached values, redrawn each
-// step) and more than MaxDecodeProjs projections are errors wrapping
-// attn.ErrUnsupported.
+// cfg. cfg.Storage says how keys and values are kept: "" or "f32"
+// (float32), "bf16" or "f16" (rounded to nearest, widened as they are
+// read), or "i4" (4-bit codes quantised per token: a row's channels in
+// groups of 64, a float32 scale and zero a group), each optionally with
+// "+rot" (stored rotated by a Hadamard rotation, queries rotated alike,
+// outputs rotated back). Keys are hashed as stored: the buckets are of
+// the rounded or quantised keys, rotated with "+rot".
+//
+// An element type other than those (int8 codes, say), a cfg.Window
+// (HyperAttention keeps every key), value-norm sampling (its
+// distribution is over all cached values, redrawn each step) and more
+// than MaxDecodeProjs projections are errors wrapping
+// attn.ErrUnsupported; a malformed cfg.Storage is an error wrapping
+// attn.ErrInput.
 func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	dt, rot, err := decstore.ParseStorage("hyper", cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case cfg.Storage != "" && cfg.Storage != "f32":
-		return nil, fmt.Errorf("%w: hyper: the decoder stores keys as f32, not %q", attn.ErrUnsupported, cfg.Storage)
 	case cfg.Window > 0:
 		return nil, fmt.Errorf("%w: hyper: the decoder has no sliding window (Window = %d): its buckets and samples range over every cached key", attn.ErrUnsupported, cfg.Window)
 	case a.sampling != Uniform:
@@ -88,7 +106,10 @@ func (a *Attention) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 		heads: make([]*decodeHead, cfg.B*cfg.HKV), lens: make([]int, cfg.B),
 	}
 	for i := range d.heads {
-		d.heads[i] = &decodeHead{}
+		d.heads[i] = &decodeHead{kv: *decstore.NewHead(cfg.D, dt)}
+	}
+	if rot {
+		d.rot = lowbit.NewRotation(cfg.D)
 	}
 	return d, nil
 }
@@ -103,7 +124,7 @@ func (d *Decoder) Len(b int) int { return d.lens[b] }
 func (d *Decoder) Bytes() int {
 	n := 0
 	for _, hd := range d.heads {
-		n += 4 * (cap(hd.k) + cap(hd.v) + cap(hd.bucket) + cap(hd.fen))
+		n += hd.kv.Bytes() + 4*(cap(hd.bucket)+cap(hd.fen))
 		n += 24 * cap(hd.lists) // slice headers
 		for _, l := range hd.lists {
 			n += 4 * cap(l)
@@ -115,7 +136,7 @@ func (d *Decoder) Bytes() int {
 // Reset empties every sequence, keeping the memory.
 func (d *Decoder) Reset() {
 	for _, hd := range d.heads {
-		hd.truncate(0, d.cfg.D)
+		hd.truncate(0, 0)
 	}
 	clear(d.lens)
 }
@@ -165,6 +186,9 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 			}
 		}
 	}
+	if d.rot != nil {
+		q, k, v = d.rotate(&d.rq, q), d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+	}
 	procs := cfg.Workers
 	if procs == 0 {
 		procs = runtime.GOMAXPROCS(0)
@@ -186,16 +210,31 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 	if err != nil {
 		for b := range cfg.B {
 			for kvh := range cfg.HKV {
-				d.heads[b*cfg.HKV+kvh].truncate(d.lens[b], dd)
+				// The index too goes back to what the last committed
+				// position saw: the failed positions brought it up to
+				// older keys that the next query sees as recent.
+				d.heads[b*cfg.HKV+kvh].truncate(d.lens[b], d.older(d.lens[b]))
 			}
 		}
 		return ctxErr(ctx, err)
 	}
 	d.rowsRead += rows
+	if d.rot != nil {
+		// The padding rows are zeros, which rotate to zeros.
+		d.rot.Rows(out, true)
+	}
 	for b := range cfg.B {
 		d.lens[b] += count(b)
 	}
 	return nil
+}
+
+// rotate returns x's rows rotated, in *buf.
+func (d *Decoder) rotate(buf *[]float32, x []float32) []float32 {
+	*buf = grow(*buf, len(x))
+	copy(*buf, x)
+	d.rot.Rows(*buf, false)
+	return *buf
 }
 
 // getScratch hands a worker of Step a scratch, reused from earlier steps
@@ -216,18 +255,20 @@ func (d *Decoder) getScratch() *decodeScratch {
 // decodeScratch is one worker's scratch for the positions of a job.
 type decodeScratch struct {
 	chooser
-	q        []float32 // the group's scaled query rows at one position
-	qb       []uint32  // their buckets, [g][nb]
-	proj     []float32 // LSH projections
-	logits   []float32 // [g][keys] of the shared parts
-	line     []float32 // one head's logits of every part
-	pos      []int32   // the positions line's entries stand for
-	nbhd     []int32   // a head's neighbourhood positions
-	kn       []float32 // their key rows
-	ranks    []int32   // the samples' ranks among the sorted older keys
-	sampPos  []int32   // their positions
-	kS       []float32 // their key rows
-	acc      []float32 // one head's output, unnormalised
+	q        []float32     // the group's scaled query rows at one position
+	qb       []uint32      // their buckets, [g][nb]
+	proj     []float32     // LSH projections
+	logits   []float32     // [g][keys] of the shared parts
+	line     []float32     // one head's logits of every part
+	nbhd     []int32       // a head's neighbourhood positions
+	nbRows   decstore.Head // their rows
+	ranks    []int32       // the samples' ranks among the sorted older keys
+	sampPos  []int32       // their positions
+	sampRows decstore.Head // their rows
+	acc      []float32     // one head's output, unnormalised
+	row      []float32     // a value row widened (D not a multiple of 8)
+	keys     []float32     // stored keys widened, to hash
+	sink     float32       // what Gather read
 	rowsRead int
 }
 
@@ -240,10 +281,7 @@ func (d *Decoder) job(ctx context.Context, sc *decodeScratch, b, kvh int, q, k, 
 	hd := d.heads[b*cfg.HKV+kvh]
 	p0 := d.lens[b]
 	src := (b*cfg.HKV + kvh) * n * dd
-	hd.k = append(hd.k, k[src:src+nb*dd]...)
-	hd.v = append(hd.v, v[src:src+nb*dd]...)
-	hd.bucket = slices.Grow(hd.bucket, nb)[:p0+nb]
-	sc.proj = d.lsh.buckets(hd.bucket[p0:], k[src:src+nb*dd], sc.proj)
+	d.store(sc, hd, p0, k[src:src+nb*dd], v[src:src+nb*dd])
 	sc.qb = grow(sc.qb, g*nb)
 	for hh := range g {
 		row := (b*cfg.H + kvh*g + hh) * n
@@ -274,6 +312,28 @@ func (d *Decoder) job(ctx context.Context, sc *decodeScratch, b, kvh int, q, k, 
 	return nil
 }
 
+// store appends the positions of key rows k and value rows v (rotated
+// already with "+rot") to hd, which holds p0 positions, and their
+// buckets: those of the keys as stored, so that a key rounded or
+// quantised is hashed as the steps read it.
+func (d *Decoder) store(sc *decodeScratch, hd *decodeHead, p0 int, k, v []float32) {
+	dd := d.cfg.D
+	nb := len(k) / dd
+	hd.kv.Append(k, v, d.cfg.MaxLen)
+	hd.bucket = slices.Grow(hd.bucket, nb)[:p0+nb]
+	if hd.kv.DType() == kvcache.F32 {
+		// The stored rows are k's, bit for bit.
+		sc.proj = d.lsh.buckets(hd.bucket[p0:], k, sc.proj)
+		return
+	}
+	for i := 0; i < nb; i += hashRows {
+		m := min(hashRows, nb-i)
+		sc.keys = grow(sc.keys, m*dd)
+		rows, _ := hd.kv.KeyRows(sc.keys, p0+i, m)
+		sc.proj = d.lsh.buckets(hd.bucket[p0+i:p0+i+m], rows, sc.proj)
+	}
+}
+
 // position prepares what the query heads of one group share at position
 // p: the index brought up to the older keys, the recent keys' logits (or
 // every key's, below Min), and the samples' positions, key rows and
@@ -288,7 +348,7 @@ func (d *Decoder) position(sc *decodeScratch, hd *decodeHead, kvh, p int) {
 	recent := visible - old
 	ns := min(d.samples, old)
 	sc.logits = grow(sc.logits, g*(recent+ns))
-	simd.DotRows(sc.logits, recent+ns, sc.q, dd, g, hd.k[old*dd:], dd, recent, dd)
+	hd.kv.DotKeys(sc.logits, recent+ns, sc.q, dd, g, old, recent, 0, 0)
 	sc.rowsRead += recent
 	sc.sampPos, sc.ranks = sc.sampPos[:0], nil
 	if ns == 0 {
@@ -299,11 +359,10 @@ func (d *Decoder) position(sc *decodeScratch, hd *decodeHead, kvh, p int) {
 		bk, off := hd.find(int(r), d.a.projs)
 		sc.sampPos = append(sc.sampPos, hd.lists[bk][off])
 	}
-	sc.kS = grow(sc.kS, ns*dd)
-	for t, pos := range sc.sampPos {
-		copy(sc.kS[t*dd:(t+1)*dd], hd.k[int(pos)*dd:])
-	}
-	simd.DotRows(sc.logits[recent:], recent+ns, sc.q, dd, g, sc.kS, dd, ns, dd)
+	// The samples' rows, values next to their keys, for every head of
+	// the group.
+	sc.sink += hd.kv.Gather(&sc.sampRows, sc.sampPos)
+	sc.sampRows.DotKeys(sc.logits[recent:], recent+ns, sc.q, dd, g, 0, ns, 0, 0)
 	sc.rowsRead += ns
 }
 
@@ -345,19 +404,11 @@ func (d *Decoder) head(sc *decodeScratch, hd *decodeHead, hh int, bucket uint32,
 	}
 	n := recent + m + ns
 	sc.line = grow(sc.line, n)
-	sc.pos = grow(sc.pos, n)
-	line, pos := sc.line, sc.pos
+	line := sc.line
 	copy(line, sc.logits[hh*stride:][:recent])
-	for t := range recent {
-		pos[t] = int32(old + t)
-	}
 	if m > 0 {
-		sc.kn = grow(sc.kn, m*dd)
-		for t, x := range sc.nbhd {
-			copy(sc.kn[t*dd:(t+1)*dd], hd.k[int(x)*dd:])
-		}
-		simd.DotRows(line[recent:], m, sc.q[hh*dd:], dd, 1, sc.kn, dd, m, dd)
-		copy(pos[recent:], sc.nbhd)
+		sc.sink += hd.kv.Gather(&sc.nbRows, sc.nbhd)
+		sc.nbRows.DotKeys(line[recent:], m, sc.q[hh*dd:], dd, 1, 0, m, 0, 0)
 		sc.rowsRead += m
 	}
 	if ns > 0 {
@@ -380,20 +431,21 @@ func (d *Decoder) head(sc *decodeScratch, hd *decodeHead, hh int, bucket uint32,
 				sl[t] = sc.logits[hh*stride+recent+t] + logw
 			}
 		}
-		copy(pos[recent+m:], sc.sampPos)
 	}
 	mx := simd.Max(line)
 	sum := simd.ExpSum(line, mx)
 	sc.acc = grow(sc.acc, dd)
 	clear(sc.acc)
-	// Vector multiply-adds in a fixed order: the step streams as many
-	// value rows as it reads keys, and a scalar float64 loop over them
-	// cost more than everything else in the step.
-	for t, w := range line {
-		if w == 0 {
-			continue
-		}
-		simd.Axpy(w, hd.v[int(pos[t])*dd:][:dd], sc.acc)
+	sc.row = grow(sc.row, dd)
+	// The values of each part from where its keys were read: the recent
+	// run in place, the neighbourhood and the samples from their
+	// gathered rows. Samples left out weigh 0 and add nothing.
+	hd.kv.AddValues(line, recent, 1, old, recent, sc.acc, sc.row, 0, 0)
+	if m > 0 {
+		sc.nbRows.AddValues(line[recent:], m, 1, 0, m, sc.acc, sc.row, 0, 0)
+	}
+	if ns > 0 {
+		sc.sampRows.AddValues(line[recent+m:], ns, 1, 0, ns, sc.acc, sc.row, 0, 0)
 	}
 	inv := 1 / sum
 	for c := range out {
@@ -418,10 +470,11 @@ func (hd *decodeHead) index(p, projs int) {
 	hd.indexed = p + 1
 }
 
-// truncate drops the positions from n on: out of the index (they are the
-// last of their buckets' lists) and out of the store.
-func (hd *decodeHead) truncate(n, dd int) {
-	for hd.indexed > n {
+// truncate drops the positions from n on out of the store, and those
+// from keep on (keep <= n) out of the index (they are the last of their
+// buckets' lists).
+func (hd *decodeHead) truncate(n, keep int) {
+	for hd.indexed > keep {
 		hd.indexed--
 		bk := hd.bucket[hd.indexed]
 		hd.lists[bk] = hd.lists[bk][:len(hd.lists[bk])-1]
@@ -430,7 +483,8 @@ func (hd *decodeHead) truncate(n, dd int) {
 		}
 	}
 	n = min(n, len(hd.bucket))
-	hd.k, hd.v, hd.bucket = hd.k[:n*dd], hd.v[:n*dd], hd.bucket[:n]
+	hd.kv.Truncate(min(n, hd.kv.Len()))
+	hd.bucket = hd.bucket[:n]
 }
 
 // prefix returns the number of indexed keys with a bucket below bk.

@@ -3,6 +3,7 @@ package hyper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -10,58 +11,24 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/decstore/dectest"
 	"github.com/attnkit/attn/ref"
 )
 
-// history keeps every real position a decoder was given, per sequence and
-// head, for the reference.
-type history struct {
-	cfg     attn.DecodeConfig
-	q, k, v [][][]float32 // q [B][H], k and v [B][Hkv]: rows [positions][D]
-}
-
-func newHistory(cfg attn.DecodeConfig) *history {
-	hs := &history{cfg: cfg}
-	for range cfg.B {
-		hs.q = append(hs.q, make([][]float32, cfg.H))
-		hs.k = append(hs.k, make([][]float32, cfg.HKV))
-		hs.v = append(hs.v, make([][]float32, cfg.HKV))
-	}
-	return hs
-}
-
-func (hs *history) add(q, k, v []float32, n int, valid []int) {
-	c, d := hs.cfg, hs.cfg.D
-	for b := range c.B {
-		nb := n
-		if valid != nil {
-			nb = valid[b]
-		}
-		for h := range c.H {
-			row := (b*c.H + h) * n
-			hs.q[b][h] = append(hs.q[b][h], q[row*d:(row+nb)*d]...)
-		}
-		for kvh := range c.HKV {
-			row := (b*c.HKV + kvh) * n
-			hs.k[b][kvh] = append(hs.k[b][kvh], k[row*d:(row+nb)*d]...)
-			hs.v[b][kvh] = append(hs.v[b][kvh], v[row*d:(row+nb)*d]...)
-		}
-	}
-}
-
-// refDecode is the decode rule in float64, written from its description:
-// the weight of every key the query at position p of sequence b, head h,
-// sees (1 for the recent positions and the bucket's neighbourhood in the
-// stable sort of the older keys by bucket, rest/kept for the kept samples)
-// and the weighted softmax. Buckets and sample ranks come from SortLSH and
-// picks, tested on their own.
-func refDecode(t *testing.T, a *Attention, hs *history, b, h, p int) (out []float64, lse float64) {
+// refDecode is the decode rule in float64, written from its description,
+// over the keys and values as the decoder stores them (hs records them
+// read back): the weight of every key the query at position p of
+// sequence b, head h, sees (1 for the recent positions and the bucket's
+// neighbourhood in the stable sort of the older keys by bucket, rest/kept
+// for the kept samples) and the weighted softmax. Buckets and sample ranks
+// come from SortLSH and picks, tested on their own. The buckets are of
+// hs's keys, the decoder's only without "+rot" (with it the decoder
+// hashes the rotated keys).
+func refDecode(t *testing.T, a *Attention, hs *dectest.History, b, h, p int) (out []float64, lse float64) {
 	t.Helper()
-	c := hs.cfg
+	c := hs.Cfg
 	d, g := c.D, c.H/c.HKV
 	kvh := h / g
-	keys, vals := hs.k[b][kvh], hs.v[b][kvh]
-	qrow := hs.q[b][h][p*d : (p+1)*d]
 	visible := p + 1
 	weight := map[int]float64{}
 	old := 0
@@ -76,8 +43,8 @@ func refDecode(t *testing.T, a *Attention, hs *history, b, h, p int) (out []floa
 		if err != nil {
 			t.Fatal(err)
 		}
-		kb, _ := lsh.Buckets(keys[:old*d])
-		qb, _ := lsh.Buckets(qrow)
+		kb, _ := lsh.Buckets(hs.K[b][kvh][:old*d])
+		qb, _ := lsh.Buckets(hs.Query(b, h, p))
 		sorted := make([]int, old)
 		for j := range sorted {
 			sorted[j] = j
@@ -111,139 +78,58 @@ func refDecode(t *testing.T, a *Attention, hs *history, b, h, p int) (out []floa
 			}
 		}
 	}
-	scale := float64(c.ScaleFor())
-	logit := map[int]float64{}
-	mx := math.Inf(-1)
-	for j := range weight {
-		var dot float64
-		for x := range d {
-			dot += float64(qrow[x]) * float64(keys[j*d+x])
-		}
-		logit[j] = dot * scale
-		mx = max(mx, logit[j])
-	}
-	out = make([]float64, d)
-	var sum float64
-	for j, w := range weight {
-		e := w * math.Exp(logit[j]-mx)
-		sum += e
-		for x := range d {
-			out[x] += e * float64(vals[j*d+x])
-		}
-	}
-	for x := range out {
-		out[x] /= sum
-	}
-	return out, mx + math.Log(sum)
+	return hs.Weighted(b, h, p, func(j int) (float64, bool) {
+		w, ok := weight[j]
+		return math.Log(w), ok
+	})
 }
 
-// exactDecode is causal attention of position p over the positions up to
-// it, in float64.
-func exactDecode(t *testing.T, hs *history, b, h, p int) (out []float64, lse float64) {
-	t.Helper()
-	c := hs.cfg
-	kvh := h / (c.H / c.HKV)
-	s := attn.Shape{B: 1, H: 1, HKV: 1, N: 1, M: p + 1, D: c.D}
-	o, l, err := ref.Attention(s, hs.q[b][h][p*c.D:(p+1)*c.D], hs.k[b][kvh][:(p+1)*c.D], hs.v[b][kvh][:(p+1)*c.D],
-		ref.Spec{Scale: float64(c.Scale)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o, l[0]
-}
-
-// step is one Step's arguments.
-type step struct {
-	n     int
-	valid []int
-}
-
-// script is the steps the decoder tests run: a ragged prompt chunk, single
-// positions with a sequence idle now and then, another chunk, and more
-// single positions.
-func script(b int) []step {
-	ragged := func(full int, f func(i int) int) []int {
-		if b == 1 {
-			return nil
-		}
-		v := make([]int, b)
-		for i := range v {
-			v[i] = min(full, f(i))
-		}
-		return v
-	}
-	steps := []step{{41, ragged(41, func(i int) int { return 41 - 9*i })}}
-	for x := range 15 {
-		steps = append(steps, step{1, ragged(1, func(i int) int { return (x + i) % 3 })})
-	}
-	steps = append(steps, step{7, ragged(7, func(i int) int { return 7 - 2*i })})
-	for range 12 {
-		steps = append(steps, step{1, nil})
-	}
-	return steps
-}
+// script is the steps the decoder tests run (see dectest.Script): a
+// ragged prompt chunk, single positions with a sequence idle now and
+// then, another chunk, and more single positions. The decoder runs its
+// rule on every position, the prompt's included.
+func script(b int) []dectest.Step { return dectest.Script(b, 41, 15) }
 
 // runScript runs the steps of script on a fresh decoder of a for cfg, with
-// inputs from rng, and hands each step's inputs and outputs to check.
-func runScript(t *testing.T, a *Attention, cfg attn.DecodeConfig, rng *rand.Rand, steps []step,
-	check func(hs *history, st step, before []int, out, lse []float32)) attn.Decoder {
+// inputs from rng, and checks every output row against want.
+func runScript(t *testing.T, a *Attention, cfg attn.DecodeConfig, rng *rand.Rand, what string,
+	want func(hs *dectest.History, b, h, p int) ([]float64, float64)) {
 	t.Helper()
 	dec, err := a.NewDecoder(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHistory(cfg)
-	for _, st := range steps {
-		q := ref.Normal(rng, cfg.B*cfg.H*st.n*cfg.D)
-		k := ref.Normal(rng, cfg.B*cfg.HKV*st.n*cfg.D)
-		v := ref.Normal(rng, cfg.B*cfg.HKV*st.n*cfg.D)
-		out := make([]float32, len(q))
-		lse := make([]float32, cfg.B*cfg.H*st.n)
-		before := make([]int, cfg.B)
-		for b := range before {
-			before[b] = dec.Len(b)
-		}
-		if err := dec.Step(context.Background(), q, k, v, st.n, st.valid, out, lse); err != nil {
-			t.Fatalf("step %+v: %v", st, err)
-		}
-		hs.add(q, k, v, st.n, st.valid)
-		check(hs, st, before, out, lse)
-	}
-	return dec
+	dectest.Run(t, dec, cfg, rng, script(cfg.B), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
+		dectest.Compare(t, what, hs, st, before, out, lse, decodeTol(cfg.Storage), func(b, h, p int) ([]float64, float64, bool) {
+			o, l := want(hs, b, h, p)
+			return o, l, true
+		})
+	})
 }
 
-// compare checks every real output row of a step against want, and the
-// padding rows for 0 and -Inf.
-func compare(t *testing.T, what string, hs *history, st step, before []int, out, lse []float32,
-	want func(b, h, p int) ([]float64, float64)) {
-	t.Helper()
-	c := hs.cfg
-	d := c.D
-	for b := range c.B {
-		nb := st.n
-		if st.valid != nil {
-			nb = st.valid[b]
+// decodeTol is the tolerance of the outputs of a decoder storing rows
+// as storage against the float64 references over the stored rows: tol,
+// but 5e-5 where the kernels reading the stored form are less exact than
+// float32 products: bfloat16 (the avx512bf16 kernels split each query
+// value and probability into two bfloat16 halves, each product within
+// 2^-18 of itself) and int4 (a score is scale·Σ q·code + zero·Σ q a
+// channel group, terms that cancel).
+func decodeTol(storage string) float64 {
+	if strings.HasPrefix(storage, "bf16") || strings.HasPrefix(storage, "i4") {
+		return 5e-5
+	}
+	return tol
+}
+
+// decoderOf returns a constructor of a's decoders, for dectest's checks.
+func decoderOf(t *testing.T, a *Attention) func(attn.DecodeConfig) attn.Decoder {
+	return func(cfg attn.DecodeConfig) attn.Decoder {
+		t.Helper()
+		dec, err := a.NewDecoder(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for h := range c.H {
-			for i := range st.n {
-				row := (b*c.H+h)*st.n + i
-				got := out[row*d : (row+1)*d]
-				if i >= nb {
-					if slices.ContainsFunc(got, func(x float32) bool { return x != 0 }) || !math.IsInf(float64(lse[row]), -1) {
-						t.Fatalf("%s: padding row %d of sequence %d: out %v lse %v, want 0 and -Inf", what, i, b, got, lse[row])
-					}
-					continue
-				}
-				p := before[b] + i
-				wo, wl := want(b, h, p)
-				if e := ref.RelErr(got, wo); e > tol {
-					t.Fatalf("%s: sequence %d head %d position %d: out rel err %.3g", what, b, h, p, e)
-				}
-				if e := math.Abs(float64(lse[row])-wl) / max(1, math.Abs(wl)); e > tol {
-					t.Fatalf("%s: sequence %d head %d position %d: lse %v, want %v", what, b, h, p, lse[row], wl)
-				}
-			}
-		}
+		return dec
 	}
 }
 
@@ -262,17 +148,25 @@ func decodeCfgs() []Config {
 // The decoder follows its rule: the float64 reference of the same rule,
 // with the same buckets and sample ranks, gives the same output and lse,
 // for ragged batches, chunks and single positions, GQA and an odd head
-// size.
+// size, and for keys and values stored as 16-bit floats or int4 codes
+// (the reference reads them back as stored, and hashes them so: the rule
+// is a known function of the stored keys). Int4 with D not a multiple of
+// 8 (a row's codes and values widened) and with D past one channel group.
 func TestDecoderMatchesReference(t *testing.T) {
 	rng := testRNG(t, 20)
-	cfg := attn.DecodeConfig{B: 3, H: 6, HKV: 2, D: 13}
-	for _, hc := range decodeCfgs() {
-		a := newAttention(t, hc)
-		runScript(t, a, cfg, rng, script(cfg.B), func(hs *history, st step, before []int, out, lse []float32) {
-			compare(t, "rule", hs, st, before, out, lse, func(b, h, p int) ([]float64, float64) {
+	for _, cfg := range []attn.DecodeConfig{
+		{B: 3, H: 6, HKV: 2, D: 13},
+		{B: 2, H: 4, HKV: 2, D: 13, Storage: "bf16"},
+		{B: 2, H: 4, HKV: 1, D: 16, Storage: "f16"},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"},
+		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
+	} {
+		for _, hc := range decodeCfgs() {
+			a := newAttention(t, hc)
+			runScript(t, a, cfg, rng, "rule "+cfg.Storage, func(hs *dectest.History, b, h, p int) ([]float64, float64) {
 				return refDecode(t, a, hs, b, h, p)
 			})
-		})
+		}
 	}
 }
 
@@ -285,9 +179,13 @@ func TestDecoderApproximates(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 8}
 	a := newAttention(t, Config{Block: 4, Samples: 3, Projs: 3, Min: -1, Seed: 1})
 	worst := 0.0
-	runScript(t, a, cfg, rng, script(1), func(hs *history, st step, before []int, out, lse []float32) {
-		for i := range st.n {
-			want, _ := exactDecode(t, hs, 0, 0, before[0]+i)
+	dec, err := a.NewDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dectest.Run(t, dec, cfg, rng, script(1), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
+		for i := range st.N {
+			want, _ := hs.Exact(0, 0, before[0]+i)
 			worst = max(worst, ref.RelErr(out[i*cfg.D:(i+1)*cfg.D], want))
 		}
 	})
@@ -297,26 +195,32 @@ func TestDecoderApproximates(t *testing.T) {
 }
 
 // With recent positions, neighbourhood and samples covering every position
-// (or below Min) the rule is exact attention.
+// (or below Min) the rule is exact attention over the stored keys and
+// values, in every storage, rotated or not (whatever the rotated keys'
+// buckets).
 func TestDecoderExactWithinBudget(t *testing.T) {
 	rng := testRNG(t, 22)
-	cfg := attn.DecodeConfig{B: 2, H: 4, HKV: 1, D: 11, Scale: 0.4}
 	for _, hc := range []Config{
 		{Block: 8, Samples: 70, Projs: 4, Min: -1, Seed: 1},  // 8 recent + 70 samples: every key to 78 positions
 		{Block: 40, Samples: -1, Projs: 4, Min: -1, Seed: 2}, // 40 recent + 40 around the bucket
 		{Block: 2, Samples: 2, Min: 1000, Seed: 3},           // below Min
 	} {
 		a := newAttention(t, hc)
-		runScript(t, a, cfg, rng, script(cfg.B), func(hs *history, st step, before []int, out, lse []float32) {
-			compare(t, "exact", hs, st, before, out, lse, func(b, h, p int) ([]float64, float64) {
-				return exactDecode(t, hs, b, h, p)
+		for _, c := range []struct {
+			storage string
+			d       int
+		}{{"", 11}, {"f32+rot", 12}, {"bf16+rot", 16}, {"f16", 11}, {"i4", 11}, {"i4+rot", 40}, {"i4+rot", 72}} {
+			cfg := attn.DecodeConfig{B: 2, H: 4, HKV: 1, D: c.d, Scale: 0.4, Storage: c.storage}
+			runScript(t, a, cfg, rng, "exact "+c.storage, func(hs *dectest.History, b, h, p int) ([]float64, float64) {
+				return hs.Exact(b, h, p)
 			})
-		})
+		}
 	}
 }
 
-// feed runs one sequence's positions through dec in the given chunk sizes
-// and returns the outputs and lse of all of them, [H][positions][D] and
+// feed runs one sequence's positions through dec in chunks, chunks[0]
+// first, then the rest of chunks in turn (chunks[0] again where it is
+// alone), and returns the outputs and lse of all of them, [H][positions][D] and
 // [H][positions].
 func feed(t *testing.T, dec attn.Decoder, cfg attn.DecodeConfig, q, k, v []float32, total int, chunks []int) (out, lse []float32) {
 	t.Helper()
@@ -325,7 +229,11 @@ func feed(t *testing.T, dec attn.Decoder, cfg attn.DecodeConfig, q, k, v []float
 	lse = make([]float32, cfg.H*total)
 	at := 0
 	for x := 0; at < total; x++ {
-		n := min(chunks[x%len(chunks)], total-at)
+		n := chunks[0]
+		if x > 0 && len(chunks) > 1 {
+			n = chunks[1+(x-1)%(len(chunks)-1)]
+		}
+		n = min(n, total-at)
 		qs, ks, vs := sliceHeads(q, cfg.H, total, at, n, d), sliceHeads(k, cfg.HKV, total, at, n, d), sliceHeads(v, cfg.HKV, total, at, n, d)
 		o := make([]float32, cfg.H*n*d)
 		l := make([]float32, cfg.H*n)
@@ -353,21 +261,29 @@ func sliceHeads(x []float32, heads, total, at, n, d int) []float32 {
 
 // How a sequence is cut into steps, and the number of workers, change
 // nothing: one chunk, single positions and chunks of 3 give the same
-// outputs, bit for bit.
+// outputs, bit for bit, in float32 and in rotated int4. The int4 runs
+// share their first chunk, which may set how a head's later rows are
+// quantised (decstore's offsets); the float32 ones cut from the start.
 func TestDecoderChunksEqualSteps(t *testing.T) {
 	rng := testRNG(t, 23)
-	cfg := attn.DecodeConfig{B: 1, H: 6, HKV: 3, D: 13}
 	const total = 90
-	for _, hc := range decodeCfgs() {
+	type run struct {
+		chunks  []int
+		workers int
+	}
+	for i, hc := range decodeCfgs() {
+		cfg := attn.DecodeConfig{B: 1, H: 6, HKV: 3, D: 13}
+		runs := []run{{[]int{total}, 1}, {[]int{1}, 1}, {[]int{3}, 2}, {[]int{50, 1, 7}, 3}}
+		if i%2 == 1 {
+			cfg.D, cfg.Storage = 24, "i4+rot"
+			runs = []run{{[]int{30, total}, 1}, {[]int{30, 1}, 1}, {[]int{30, 3}, 2}, {[]int{30, 20, 1, 7}, 3}}
+		}
 		a := newAttention(t, hc)
 		q := ref.Normal(rng, cfg.H*total*cfg.D)
 		k := ref.Normal(rng, cfg.HKV*total*cfg.D)
 		v := ref.Normal(rng, cfg.HKV*total*cfg.D)
 		var first, firstLSE []float32
-		for _, run := range []struct {
-			chunks  []int
-			workers int
-		}{{[]int{total}, 1}, {[]int{1}, 1}, {[]int{3}, 2}, {[]int{50, 1, 7}, 3}} {
+		for _, run := range runs {
 			c := cfg
 			c.Workers = run.workers
 			dec, err := a.NewDecoder(c)
@@ -380,7 +296,7 @@ func TestDecoderChunksEqualSteps(t *testing.T) {
 				continue
 			}
 			if !slices.Equal(out, first) || !slices.Equal(lse, firstLSE) {
-				t.Errorf("%+v: chunks %v on %d workers differ from one chunk", hc, run.chunks, run.workers)
+				t.Errorf("%+v %q: chunks %v on %d workers differ from one chunk", hc, cfg.Storage, run.chunks, run.workers)
 			}
 		}
 	}
@@ -427,55 +343,20 @@ func TestDecoderNoFuture(t *testing.T) {
 
 // A ragged batch decodes each sequence as if alone: B = 3 with different
 // valid counts equals three B = 1 decoders fed the real positions, bit
-// for bit.
-func TestDecoderRaggedEqualsPerSequence(t *testing.T) {
+// for bit; and the worker count changes no bit. In float32 and in
+// rotated int4, a multiple of 8 and not.
+func TestDecoderRaggedAndWorkers(t *testing.T) {
 	rng := testRNG(t, 25)
-	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 10}
-	for _, hc := range decodeCfgs() {
+	for i, hc := range decodeCfgs() {
 		a := newAttention(t, hc)
-		alone := make([]attn.Decoder, cfg.B)
-		one := cfg
-		one.B = 1
-		for b := range alone {
-			alone[b], _ = a.NewDecoder(one)
+		for _, cfg := range []attn.DecodeConfig{
+			{B: 3, H: 4, HKV: 2, D: 10},
+			{B: 3, H: 4, HKV: 2, D: []int{10, 24}[i%2], Storage: "i4+rot"},
+		} {
+			dectest.CheckRagged(t, decoderOf(t, a), cfg, rng, script(cfg.B))
+			dectest.CheckWorkers(t, decoderOf(t, a), cfg, uint64(26+i), script(cfg.B))
 		}
-		runScript(t, a, cfg, rng, script(cfg.B), func(hs *history, st step, before []int, out, lse []float32) {
-			d := cfg.D
-			for b := range cfg.B {
-				nb := st.n
-				if st.valid != nil {
-					nb = st.valid[b]
-				}
-				if nb == 0 {
-					continue
-				}
-				p := before[b]
-				q := sliceHeads(flatHeads(hs.q[b]), cfg.H, len(hs.q[b][0])/d, p, nb, d)
-				k := sliceHeads(flatHeads(hs.k[b]), cfg.HKV, len(hs.k[b][0])/d, p, nb, d)
-				v := sliceHeads(flatHeads(hs.v[b]), cfg.HKV, len(hs.v[b][0])/d, p, nb, d)
-				o := make([]float32, cfg.H*nb*d)
-				l := make([]float32, cfg.H*nb)
-				if err := alone[b].Step(context.Background(), q, k, v, nb, nil, o, l); err != nil {
-					t.Fatal(err)
-				}
-				for h := range cfg.H {
-					row := (b*cfg.H + h) * st.n
-					if !slices.Equal(o[h*nb*d:(h+1)*nb*d], out[row*d:(row+nb)*d]) || !slices.Equal(l[h*nb:(h+1)*nb], lse[row:row+nb]) {
-						t.Fatalf("%+v: sequence %d head %d at %d: the batch differs from the sequence alone", hc, b, h, p)
-					}
-				}
-			}
-		})
 	}
-}
-
-// flatHeads concatenates per-head rows.
-func flatHeads(x [][]float32) []float32 {
-	var y []float32
-	for _, r := range x {
-		y = append(y, r...)
-	}
-	return y
 }
 
 // A step reads the recent positions, the samples and each query head's
@@ -499,6 +380,17 @@ func TestDecoderReadsAFraction(t *testing.T) {
 		if got := dec.rowsRead - before; got != want {
 			t.Errorf("a step at %d positions read %d key rows, want %d", dec.Len(0), got, want)
 		}
+	}
+}
+
+// dectest's checks of Len, Bytes, Reset, MaxLen, bad arguments,
+// cancellation and Append, in every storage.
+func TestDecoderStateStorages(t *testing.T) {
+	a := newAttention(t, decodeCfgs()[0])
+	for _, st := range []string{"", "f32+rot", "bf16", "f16+rot", "i4", "i4+rot"} {
+		t.Run(fmt.Sprintf("%q", st), func(t *testing.T) {
+			dectest.CheckState(t, decoderOf(t, a), attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 6, MaxLen: 40, Storage: st})
+		})
 	}
 }
 
@@ -581,7 +473,10 @@ func TestNewDecoderErrors(t *testing.T) {
 		want error
 	}{
 		{Config{}, attn.DecodeConfig{B: 1, H: 3, HKV: 2, D: 8}, attn.ErrShape},
-		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "bf16"}, attn.ErrUnsupported},
+		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "i8"}, attn.ErrUnsupported},
+		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "i8+rot"}, attn.ErrUnsupported},
+		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "+rot"}, attn.ErrInput},
+		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "f64"}, attn.ErrInput},
 		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Window: 64}, attn.ErrUnsupported},
 		{Config{Sampling: ValueNorm}, good, attn.ErrUnsupported},
 		{Config{Projs: MaxDecodeProjs + 1}, good, attn.ErrUnsupported},
@@ -590,7 +485,7 @@ func TestNewDecoderErrors(t *testing.T) {
 			t.Errorf("%+v %+v: got %v, want %v", c.cfg, c.dc, err, c.want)
 		}
 	}
-	for _, st := range []string{"", "f32"} {
+	for _, st := range []string{"", "f32", "f32+rot", "bf16", "bf16+rot", "f16", "f16+rot", "i4", "i4+rot"} {
 		g := good
 		g.Storage = st
 		if _, err := a.NewDecoder(g); err != nil {

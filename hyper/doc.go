@@ -163,10 +163,25 @@
 // bucket and a list of positions per bucket, updated in O(Projs) as each
 // key leaves the recent positions, which find the neighbourhood and map
 // sample ranks to positions in O(Projs) per bucket visited or sample. The
-// decoder keeps every key and value (float32) and 2^Projs counts and lists
-// per sequence and key/value head (Projs at most MaxDecodeProjs). Prompt
+// decoder keeps every key and value and 2^Projs counts and lists per
+// sequence and key/value head (Projs at most MaxDecodeProjs). Prompt
 // chunks (n > 1) are computed position by position, in parallel over the
 // sequences and key/value heads.
+//
+// The keys and values are stored as attn.DecodeConfig.Storage says:
+// float32 ("" or "f32"), bfloat16 or binary16 ("bf16", "f16": rounded to
+// nearest, widened in registers as they are read) or 4-bit codes ("i4":
+// quantised per token, each row's channels in groups of 64 with a float32
+// scale and zero a group), each optionally with "+rot": stored rotated by
+// a fixed Hadamard rotation R with random signs, the queries rotated alike
+// (R·q · R·k = q·k) and the outputs rotated back; lse is unchanged. Other
+// element types (int8) are errors wrapping attn.ErrUnsupported. The
+// buckets are those of the keys as stored (rounded or quantised, and
+// rotated with "+rot", as the queries then are): the rule is the one above
+// over the stored keys, and a rotation changes which keys share a bucket,
+// not the logits. The products read the stored rows in place, the recent
+// positions where they lie and the neighbourhood and samples gathered, a
+// position's value next to its key.
 //
 // # Cost
 //
