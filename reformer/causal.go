@@ -97,30 +97,37 @@ func (ru rule) gather(cand []int32, st *seen, p, vis int, lists [][]int32) []int
 }
 
 // attendRow writes to out the softmax attention of the query qh over the
-// keys and values (rows of d floats) at the positions cand, with logits
-// scaled by scale, and returns the log-sum-exp. logits is scratch of at
-// least len(cand) floats. With no candidate, out is 0 and the lse -Inf.
-func attendRow(qh, keys, vals []float32, d int, cand []int32, scale float32, logits, out []float32) float32 {
+// keys and values (rows of d floats, ld apart) at the positions cand,
+// with logits scaled by scale, and returns the log-sum-exp. logits is
+// scratch of at least len(cand) floats. With no candidate, out is 0 and
+// the lse -Inf.
+func attendRow(qh, keys, vals []float32, ld, d int, cand []int32, scale float32, logits, out []float32) float32 {
 	clear(out)
 	if len(cand) == 0 {
 		return negInf
 	}
 	logits = logits[:len(cand)]
 	for i, pos := range cand {
-		logits[i] = simd.Dot(qh, keys[int(pos)*d:][:d]) * scale
+		logits[i] = simd.Dot(qh, keys[int(pos)*ld:][:d]) * scale
 	}
-	mx := simd.Max(logits)
+	mx, sum := softmaxWeights(logits)
+	for i, pos := range cand {
+		simd.Axpy(logits[i], vals[int(pos)*ld:][:d], out)
+	}
+	simd.Scale(out, 1/sum)
+	return mx + float32(math.Log(float64(sum)))
+}
+
+// softmaxWeights sets the logits to their exponentials less the largest,
+// and returns that largest (the shift) and their sum.
+func softmaxWeights(logits []float32) (mx, sum float32) {
+	mx = simd.Max(logits)
 	if math.IsInf(float64(mx), 0) || math.IsNaN(float64(mx)) {
 		// Inf or NaN inputs: let IEEE arithmetic say so, as the exact
 		// kernel does, rather than dividing 0 by 0 silently.
 		mx = 0
 	}
-	sum := simd.ExpSum(logits, mx)
-	for i, pos := range cand {
-		simd.Axpy(logits[i], vals[int(pos)*d:][:d], out)
-	}
-	simd.Scale(out, 1/sum)
-	return mx + float32(math.Log(float64(sum)))
+	return mx, simd.ExpSum(logits, mx)
 }
 
 // keyIndex files the valid keys of one (batch row, kv head) for the
@@ -274,7 +281,7 @@ func (l *LSH) causalForward(ctx context.Context, s attn.Shape, q, k, v []float32
 				w.lists[r] = ix.list(r, w.qb[r])
 			}
 			w.cand = ru.gather(w.cand, &w.seen, p, vis, w.lists)
-			x := attendRow(qh, kb, vb, s.D, w.cand, scale, w.logitsFor(len(w.cand)), out[row*s.D:][:s.D])
+			x := attendRow(qh, kb, vb, s.D, s.D, w.cand, scale, w.logitsFor(len(w.cand)), out[row*s.D:][:s.D])
 			if lse != nil {
 				lse[row] = x
 			}

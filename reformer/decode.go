@@ -8,12 +8,15 @@ import (
 	"sync/atomic"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/decstore"
+	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/parallel"
+	"github.com/attnkit/attn/internal/simd"
 	"github.com/attnkit/attn/kvcache"
 )
 
 // decodeCore is what the sequences of a decoder share: the sizes, the
-// causal rule and the rotations.
+// causal rule, the hash rotations and the storage of the rows.
 type decodeCore struct {
 	cfg       Config
 	ru        rule
@@ -21,11 +24,17 @@ type decodeCore struct {
 	scale     float32
 	hs        *hasher
 	lists     int // bucket lists per sequence: Hkv·Hashes·buckets
+	dt        kvcache.DType
+	// rot, with Storage "+rot", rotates keys, values and queries before
+	// they are stored, hashed or attended, and the outputs back; nil
+	// without.
+	rot *lowbit.Rotation
 }
 
 // newDecodeCore checks the sizes of a decoder of b sequences, and what
-// they make it allocate, before allocating anything.
-func newDecodeCore(cfg Config, b, h, hkv, d int, scale float32) (*decodeCore, error) {
+// they make it allocate, before allocating anything. Rows are stored as
+// dt, rotated when rot is set.
+func newDecodeCore(cfg Config, b, h, hkv, d int, scale float32, dt kvcache.DType, rot bool) (*decodeCore, error) {
 	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -58,27 +67,32 @@ func newDecodeCore(cfg Config, b, h, hkv, d int, scale float32) (*decodeCore, er
 		return nil, fmt.Errorf("%w: reformer: a decoder of B·Hkv·Hashes·buckets = %d·%d·%d·%d bucket lists exceeds %d; use fewer hashes or buckets",
 			attn.ErrUnsupported, b, hkv, c.Hashes, nb, MaxDecodeLists)
 	}
-	return &decodeCore{
+	dc := &decodeCore{
 		cfg: c, ru: c.rule(), h: h, hkv: hkv, d: d, scale: scale,
 		hs:    newHasher(c.Seed, c.Hashes, d, factors),
 		lists: hkv * perSeq,
-	}, nil
+		dt:    dt,
+	}
+	if rot {
+		dc.rot = lowbit.NewRotation(d)
+	}
+	return dc, nil
 }
 
 // sequence is one sequence's keys and values per kv head, with every key
 // filed under its bucket in every round.
 type sequence struct {
-	n          int
-	keys, vals [][]float32 // [kvh] → [n][d]
-	lists      [][]int32   // [(kvh·Hashes + round)·buckets + bucket] → positions, ascending
+	n     int
+	heads []decstore.Head // [kvh]: the rows as stored (rotated with "+rot")
+	lists [][]int32       // [(kvh·Hashes + round)·buckets + bucket] → positions, ascending
 }
 
 func (c *decodeCore) newSequence() *sequence {
-	return &sequence{
-		keys:  make([][]float32, c.hkv),
-		vals:  make([][]float32, c.hkv),
-		lists: make([][]int32, c.lists),
+	sq := &sequence{heads: make([]decstore.Head, c.hkv), lists: make([][]int32, c.lists)}
+	for kvh := range sq.heads {
+		sq.heads[kvh] = *decstore.NewHead(c.d, c.dt)
 	}
+	return sq
 }
 
 // checkGrow rejects appending t tokens to sq past maxLen (when positive)
@@ -96,43 +110,64 @@ func (sq *sequence) checkGrow(t, maxLen int) error {
 // append adds t tokens: the key and value of token i in kv head kvh are
 // the rows (kvh·stride + i)·D of k and v. With shared QK, k holds the
 // tokens' queries, which are stored normalised to unit length as keys.
-func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride int, proj []float32, kb []int32) {
+// With a rotation the rows are stored rotated (a key normalised first:
+// the rotation keeps its norm). The storage grows as for a sequence of
+// at most maxLen positions (0: no limit). w is the scratch of the
+// calling goroutine.
+func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride, maxLen int, w *decodeScratch, kb []int32) {
 	d, R, nb := c.d, c.cfg.Hashes, c.hs.buckets
 	for kvh := range c.hkv {
-		keys, vals := sq.keys[kvh], sq.vals[kvh]
-		for i := range t {
-			src := (kvh*stride + i) * d
-			at := len(keys)
-			keys = append(keys, k[src:src+d]...)
-			if c.cfg.SharedQK {
-				normalizeRow(keys[at:], k[src:src+d])
+		hd := &sq.heads[kvh]
+		src := kvh * stride * d
+		kr, vr := k[src:src+t*d], v[src:src+t*d]
+		if c.cfg.SharedQK {
+			w.rk = grow(w.rk, t*d)
+			for i := range t {
+				normalizeRow(w.rk[i*d:], kr[i*d:(i+1)*d])
 			}
-			vals = append(vals, v[src:src+d]...)
-			c.hs.hashRow(keys[at:at+d], proj, kb)
+			kr = w.rk
+		}
+		if c.rot != nil {
+			if !c.cfg.SharedQK {
+				w.rk = append(w.rk[:0], kr...)
+				kr = w.rk
+			}
+			w.rv = append(w.rv[:0], vr...)
+			vr = w.rv
+			c.rot.Rows(kr, false)
+			c.rot.Rows(vr, false)
+		}
+		at := hd.Len()
+		hd.Append(kr, vr, maxLen)
+		for i := range t {
+			// The key as stored (rounded or quantised, rotated), as a
+			// step reads it: a shared-QK query takes its own key's
+			// buckets from this row.
+			c.hs.hashRow(hd.K(w.row, at+i), w.proj, kb)
 			for r := range R {
 				l := &sq.lists[(kvh*R+r)*nb+int(kb[r])]
 				*l = append(*l, int32(sq.n+i))
 			}
 		}
-		sq.keys[kvh], sq.vals[kvh] = keys, vals
 	}
 	sq.n += t
 }
 
 // attend writes to out the attention of qh, the query of head h at
 // position p of sq (whose key is in sq, at most p+1 keys being seen), by
-// the causal rule, and returns its lse.
-func (c *decodeCore) attend(sq *sequence, h, p int, qh []float32, w *rowScratch, out []float32) float32 {
+// the causal rule, and returns its lse. With a rotation, qh is the
+// rotated query and out the rotated output.
+func (c *decodeCore) attend(sq *sequence, h, p int, qh []float32, w *decodeScratch, out []float32) float32 {
 	kvh := h / (c.h / c.hkv)
 	if p < 0 {
 		clear(out)
 		return negInf
 	}
-	keys := sq.keys[kvh]
+	hd := &sq.heads[kvh]
 	if c.cfg.SharedQK {
-		// Hashing its own key (the normalised query) gives the query its
-		// key's buckets.
-		c.hs.hashRow(keys[p*c.d:][:c.d], w.proj, w.qb)
+		// Hashing its own key (the normalised query, as stored) gives
+		// the query its key's buckets.
+		c.hs.hashRow(hd.K(w.row, p), w.proj, w.qb)
 	} else {
 		c.hs.hashRow(qh, w.proj, w.qb)
 	}
@@ -141,14 +176,44 @@ func (c *decodeCore) attend(sq *sequence, h, p int, qh []float32, w *rowScratch,
 		w.lists[r] = sq.lists[(kvh*R+r)*nb+int(w.qb[r])]
 	}
 	w.cand = c.ru.gather(w.cand, &w.seen, p, p+1, w.lists)
-	return attendRow(qh, keys, sq.vals[kvh], c.d, w.cand, c.scale, w.logitsFor(len(w.cand)), out)
+	logits := w.logitsFor(len(w.cand))
+	if c.dt == kvcache.F32 {
+		// The rows in place, through the kernels of causal Forward: the
+		// same bits.
+		return attendRow(qh, hd.KV, hd.KV[c.d:], hd.Stride(), c.d, w.cand, c.scale, logits, out)
+	}
+	return w.attendStored(qh, hd, w.cand, c.scale, logits, out)
+}
+
+// attendStored is attendRow over the keys and values of hd at the
+// positions cand, stored as 16-bit floats or int4 codes: the candidates'
+// rows are first copied into the scratch's Head (their misses overlap,
+// and the int4 kernels use memory of that Head's own, which the
+// goroutines attending other heads of the same kv head must not share),
+// then one product gives the logits and one more the output.
+func (w *decodeScratch) attendStored(qh []float32, hd *decstore.Head, cand []int32, scale float32, logits, out []float32) float32 {
+	clear(out)
+	if len(cand) == 0 {
+		return negInf
+	}
+	n := len(cand)
+	logits = logits[:n]
+	w.sink += hd.Gather(&w.kv, cand)
+	w.kv.DotKeys(logits, n, qh, len(qh), 1, 0, n, 0, 0)
+	for i := range logits {
+		logits[i] *= scale
+	}
+	mx, sum := softmaxWeights(logits)
+	w.kv.AddValues(logits, n, 1, 0, n, out, w.row, 0, 0)
+	simd.Scale(out, 1/sum)
+	return mx + float32(math.Log(float64(sum)))
 }
 
 // bytes returns the memory of sq.
 func (sq *sequence) bytes() int {
 	n := 0
-	for kvh := range sq.keys {
-		n += 4 * (cap(sq.keys[kvh]) + cap(sq.vals[kvh]))
+	for kvh := range sq.heads {
+		n += sq.heads[kvh].Bytes()
 	}
 	for _, l := range sq.lists {
 		n += 24 + 4*cap(l)
@@ -158,25 +223,44 @@ func (sq *sequence) bytes() int {
 
 func (sq *sequence) reset() {
 	sq.n = 0
-	for kvh := range sq.keys {
-		sq.keys[kvh], sq.vals[kvh] = sq.keys[kvh][:0], sq.vals[kvh][:0]
+	for kvh := range sq.heads {
+		sq.heads[kvh].Truncate(0)
 	}
 	for i := range sq.lists {
 		sq.lists[i] = sq.lists[i][:0]
 	}
 }
 
+// decodeScratch is one goroutine's scratch of a decoder.
+type decodeScratch struct {
+	rowScratch
+	row    []float32     // [D]: a key read back to be hashed, or a value widened
+	kv     decstore.Head // the candidates' rows, for storage other than float32
+	rk, rv []float32     // keys and values of an append, normalised or rotated
+	sink   float32       // what Gather read
+}
+
 // newScratch returns the scratch of one goroutine of a decoder.
-func (c *decodeCore) newScratch() *rowScratch {
-	return &rowScratch{
-		proj:  c.hs.rowScratch(),
-		qb:    make([]int32, c.cfg.Hashes),
-		lists: make([][]int32, c.cfg.Hashes),
+func (c *decodeCore) newScratch() *decodeScratch {
+	return &decodeScratch{
+		rowScratch: rowScratch{
+			proj:  c.hs.rowScratch(),
+			qb:    make([]int32, c.cfg.Hashes),
+			lists: make([][]int32, c.cfg.Hashes),
+		},
+		row: make([]float32, c.d),
 	}
 }
 
-func (w *rowScratch) bytes() int {
-	return 4 * (cap(w.proj) + cap(w.qb) + cap(w.seen.stamp) + cap(w.cand) + cap(w.logits))
+func (w *decodeScratch) bytes() int {
+	return 4*(cap(w.proj)+cap(w.qb)+cap(w.seen.stamp)+cap(w.cand)+cap(w.logits)+cap(w.row)+cap(w.rk)+cap(w.rv)) + w.kv.Bytes()
+}
+
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
 }
 
 // normalizeRow writes src scaled to unit length to dst (a zero row stays
@@ -209,12 +293,13 @@ func normalizeRow(dst, src []float32) {
 //     over the same tokens computes for that position, when Forward does
 //     not fall back to exact attention.
 //
-// For a batch of sequences, prompts of several tokens and the attn.Decoder
-// interface, see LSH.NewDecoder. A Decoder is not safe for concurrent use.
+// It keeps keys and values in float32. For a batch of sequences, prompts
+// of several tokens, narrower storage and the attn.Decoder interface, see
+// LSH.NewDecoder. A Decoder is not safe for concurrent use.
 type Decoder struct {
 	c  *decodeCore
 	sq *sequence
-	w  *rowScratch
+	w  *decodeScratch
 	kb []int32
 }
 
@@ -226,7 +311,7 @@ type Decoder struct {
 // MaxDecodeLists are rejected (attn.ErrUnsupported) before anything is
 // allocated.
 func NewDecoder(cfg Config, h, hkv, d int, scale float32) (*Decoder, error) {
-	c, err := newDecodeCore(cfg, 1, h, hkv, d, scale)
+	c, err := newDecodeCore(cfg, 1, h, hkv, d, scale, kvcache.F32, false)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +334,7 @@ func (dec *Decoder) Append(k, v []float32) error {
 	if err := dec.sq.checkGrow(t, 0); err != nil {
 		return err
 	}
-	dec.c.append(dec.sq, k, v, t, t, dec.w.proj, dec.kb)
+	dec.c.append(dec.sq, k, v, t, t, 0, dec.w, dec.kb)
 	return nil
 }
 
@@ -275,13 +360,15 @@ func (dec *Decoder) Step(q, out, lse []float32) error {
 }
 
 // BatchDecoder is the attn.Decoder of Reformer attention, made by
-// LSH.NewDecoder: one sequence state (keys and values in float32, each
-// key filed under its bucket in every round) per sequence of the batch,
-// so that sequences may hold different lengths. A step attends each new
-// position by the causal rule, the one causal Forward follows: decoding
-// a sequence in any chunks gives what causal Forward over all its tokens
-// gives, bit for bit, when Forward does not fall back to exact attention
-// (the decoder never does). A step of one token costs
+// LSH.NewDecoder: one sequence state (keys and values in the storage of
+// DecodeConfig.Storage, each key filed under its bucket in every round)
+// per sequence of the batch, so that sequences may hold different
+// lengths. A step attends each new position by the causal rule, the one
+// causal Forward follows: with float32 storage, decoding a sequence in
+// any chunks gives what causal Forward over all its tokens gives, bit for
+// bit, when Forward does not fall back to exact attention (the decoder
+// never does); with other storage it is the same rule over the stored
+// rows and their hashes. A step of one token costs
 // O(H·(Hashes·2·Bucket + Window)·D) whatever the length.
 //
 // With Config.SharedQK a step's keys are its queries (normalised); its k
@@ -290,33 +377,42 @@ type BatchDecoder struct {
 	c       *decodeCore
 	dc      attn.DecodeConfig
 	seqs    []*sequence
-	scratch []*rowScratch // one per goroutine of a step, kept across steps
+	scratch []*decodeScratch // one per goroutine of a step, kept across steps
 	kb      []int32
+	rq      []float32 // a step's queries rotated, with Storage "+rot"
 }
 
 // NewDecoder implements attn.Decodable: an empty BatchDecoder of cfg.B
-// sequences with l's settings. Keys are stored in float32 only (Storage
-// "" or "f32"): a step reads its keys one at a time at hashed positions,
-// through float32 kernels, and a narrower store would need kernels of its
-// own. cfg.Window (a StreamingLLM window) is not supported: evicting old
+// sequences with l's settings. cfg.Storage is "" or "f32" (decoding is
+// then causal Forward, bit for bit), "bf16" or "f16" (rows rounded to
+// nearest as they are stored) or "i4" (4-bit codes quantised per token:
+// each row's channels in groups of 64 with a float32 scale and zero a
+// group), each optionally with "+rot" (keys and values stored rotated by
+// a Hadamard rotation with sign flips, queries rotated alike, outputs
+// rotated back). Keys are hashed as they are stored (rounded or
+// quantised, rotated) and queries as they are attended (rotated), so that
+// a step is the causal rule over the stored rows; see the package
+// documentation, Decoding. int8 codes ("i8") are not supported
+// (attn.ErrUnsupported: the kernels that read rows in place take 32, 16
+// or 4 bits), nor is cfg.Window (a StreamingLLM window): evicting old
 // keys would drop keys the buckets still reach, changing the rule, and
-// decoding would no longer match Forward. Config.Window, the local window
-// of the rule, is another thing. Sizes are checked before anything is
-// allocated; cfg.MaxLen bounds each sequence but is not allocated up
-// front.
+// decoding would no longer match Forward. Config.Window, the local
+// window of the rule, is another thing. A malformed storage name wraps
+// attn.ErrInput. Sizes are checked before anything is allocated;
+// cfg.MaxLen bounds each sequence but is not allocated up front.
 func (l *LSH) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Storage != "" && cfg.Storage != "f32" {
-		return nil, fmt.Errorf("%w: reformer: decoder storage %q: keys are stored in float32 only (a step reads them one at a time at hashed positions through float32 kernels)",
-			attn.ErrUnsupported, cfg.Storage)
+	dt, rot, err := decstore.ParseStorage("reformer", cfg.Storage)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Window > 0 {
 		return nil, fmt.Errorf("%w: reformer: decoder Window = %d: a StreamingLLM window would evict keys the hash buckets still reach, so decoding would no longer follow the causal rule of Forward",
 			attn.ErrUnsupported, cfg.Window)
 	}
-	c, err := newDecodeCore(l.cfg, cfg.B, cfg.H, cfg.HKV, cfg.D, cfg.ScaleFor())
+	c, err := newDecodeCore(l.cfg, cfg.B, cfg.H, cfg.HKV, cfg.D, cfg.ScaleFor(), dt, rot)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +429,10 @@ func (d *BatchDecoder) Len(b int) int { return d.seqs[b].n }
 // Bytes returns the memory of the sequences, the scratch and the
 // rotations.
 func (d *BatchDecoder) Bytes() int {
-	n := 4 * len(d.c.hs.rot)
+	n := 4 * (len(d.c.hs.rot) + cap(d.rq))
+	if d.c.rot != nil {
+		n += 4 * d.c.d // its signs
+	}
 	for _, sq := range d.seqs {
 		n += sq.bytes()
 	}
@@ -387,7 +486,13 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 		if c.cfg.SharedQK {
 			src = q[b*h*n*dd:] // H == Hkv: the same layout
 		}
-		c.append(sq, src, v[b*hkv*n*dd:], count(b), n, d.scratch[0].proj, d.kb)
+		c.append(sq, src, v[b*hkv*n*dd:], count(b), n, cfg.MaxLen, d.scratch[0], d.kb)
+	}
+	if c.rot != nil {
+		// The padding rows too (they are not read): one pass over q.
+		d.rq = append(d.rq[:0], q...)
+		c.rot.Rows(d.rq, false)
+		q = d.rq
 	}
 	blocks := (n + causalRows - 1) / causalRows
 	tasks := cfg.B * h * blocks
@@ -397,8 +502,8 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 		d.scratch = append(d.scratch, c.newScratch())
 	}
 	var next atomic.Int64
-	scratch := func() *rowScratch { return d.scratch[next.Add(1)-1] }
-	return parallel.For(ctx, workers, tasks, scratch, func(w *rowScratch, t int) error {
+	scratch := func() *decodeScratch { return d.scratch[next.Add(1)-1] }
+	return parallel.For(ctx, workers, tasks, scratch, func(w *decodeScratch, t int) error {
 		bh, blk := t/blocks, t%blocks
 		b, hd := bh/h, bh%h
 		sq, cnt := d.seqs[b], count(b)
@@ -408,6 +513,9 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 			var x float32
 			if i < cnt {
 				x = c.attend(sq, hd, start[b]+i, q[row*dd:][:dd], w, o)
+				if c.rot != nil {
+					c.rot.Invert(o)
+				}
 			} else {
 				clear(o)
 				x = negInf

@@ -105,9 +105,25 @@
 // LSH.NewDecoder returns the attn.Decoder of a batch of sequences
 // (BatchDecoder: ragged lengths, prompts in chunks); NewDecoder returns
 // the older single-sequence Decoder. Both keep each sequence's keys and
-// values in float32 with every key filed under its bucket in every round,
-// and attend each new position by the causal rule. Appending costs
+// values with every key filed under its bucket in every round, and
+// attend each new position by the causal rule. Appending costs
 // O(Hkv·Hashes·D·Σf/2) per token for the hashing.
+//
+// The Decoder stores float32. The BatchDecoder stores what
+// DecodeConfig.Storage says: "" or "f32" (bit for bit causal Forward),
+// "bf16" or "f16" (rounded to nearest, half the bytes), or "i4": 4-bit
+// codes quantised per token, each row's channels in groups of 64 with a
+// float32 scale and zero a group (see package kvcache), read in place by
+// kernels that dequantise in registers. Each may take the suffix "+rot": keys and values are stored
+// rotated by a fixed Hadamard rotation with sign flips (which spreads
+// outlier channels over their block before they are quantised), queries
+// are rotated alike and outputs rotated back; the lse is unchanged. A key
+// is hashed as it is read back from storage (rounded or quantised, and
+// rotated), and a query as it is attended (rotated), so that a step is
+// the causal rule applied to the stored rows: outside f32 the buckets,
+// and so the keys chosen, may differ from causal Forward's on the
+// original inputs. With shared QK a key is normalised, then rotated.
+// int8 storage ("i8") is not supported.
 //
 // # Cost
 //
@@ -150,7 +166,9 @@
 // attn.ErrInput, out-of-range Config fields attn.ErrInput, and shared QK
 // with N ≠ M or H ≠ Hkv, lengths beyond 2^31-1, or rotations and decoder
 // tables beyond MaxRotationFloats and MaxDecodeLists (checked before
-// anything is allocated) attn.ErrUnsupported. A decoder step past
+// anything is allocated) attn.ErrUnsupported, as does a decoder storage
+// of int8 codes or a StreamingLLM window (a malformed storage name wraps
+// attn.ErrInput). A decoder step past
 // DecodeConfig.MaxLen wraps kvcache.ErrFull and appends nothing. A
 // cancelled context stops the work and returns its error. NaN in the
 // inputs propagates to the rows it reaches, as in package flash; it never
