@@ -15,21 +15,29 @@
 // chunk itself; a step that brings it one position is a generated token,
 // decoded by the Rule. The rule goes by each sequence's own count, so
 // that a ragged batch gives every sequence what it would get alone.
+// Either way a step's own keys and values are read as given (float32),
+// not as stored, as kvcache attends a step's own rows and FlashAttention
+// a prompt's: the prefill reads the chunk's rows from the step, and a
+// decoded token's are held (Head.Hold) while the rule runs.
 //
 // # Int4
 //
-// Storage "i4" keeps keys and values as 4-bit codes quantised per token:
-// each row's channels in groups of lowbit.ChanGroup with a float32 scale
-// and zero a group, as kvcache stores values (and the keys of its
-// evicting caches). kvcache quantises keys per channel over runs of 64
-// positions (KIVI), which needs the rows of a run side by side and a
-// float32 residual for the run being filled; the rules here read keys at
-// scattered positions, one row at a time, so a row carries its own
-// scales. With "+rot" the rotation spreads the outlier channels of keys,
-// which is what scales per channel were for. A position's key codes,
-// value codes and their scales and zeros are one run of bytes, read by
-// the kernels in place (simd.DotRowsU4, simd.GemmU4): a D = 128 position
-// is 160 bytes against 1024 in float32.
+// Storage "i4" keeps values as 4-bit codes quantised per token: each
+// row's channels in groups of lowbit.ChanGroup with a float32 scale and
+// zero a group, as kvcache stores them. Keys are quantised per channel
+// over groups of KeyGroup positions (KIVI, as kvcache does) where the
+// decoder asks for it (NewStore's keyGroup, which quest does), the
+// positions after the last complete group kept in float32 until it
+// completes (Head.Settle, at commit). Rules that read single rows at
+// scattered positions (Gather: magicpig; hyper and reformer, which keep
+// their rows in Heads) have keys quantised per token instead, so that a
+// row carries its own scales; "+rot" then spreads their outlier
+// channels, which is what scales per channel were for, though not as
+// well (perplexity of austen-long: see results/long). A position's codes
+// and scales are one run of bytes, read by the kernels in place
+// (simd.DotRowsU4, simd.GemmU4): a D = 128 position is 160 bytes
+// (per-token keys) or 144 plus its share of the group's scales, against
+// 1024 in float32.
 //
 // # Rotation
 //
@@ -103,6 +111,12 @@ type Head struct {
 	kg   int
 	kp   []float32
 	kres []float32
+
+	// held > 0: position held-1's key and value are read as fk and fv,
+	// the rows as given, not as stored (Hold). 0, a Head's zero value,
+	// holds nothing.
+	held   int
+	fk, fv []float32
 }
 
 // i4Row is the layout of a position of int4 storage, in bytes: the key's
@@ -148,6 +162,12 @@ func (h *Head) K(dst []float32, j int) []float32 { return h.row(dst, 2*j) }
 func (h *Head) V(dst []float32, j int) []float32 { return h.row(dst, 2*j+1) }
 
 func (h *Head) row(dst []float32, r int) []float32 {
+	if h.held > 0 && r/2 == h.held-1 {
+		if r%2 == 0 {
+			return append(dst[:0], h.fk...)
+		}
+		return append(dst[:0], h.fv...)
+	}
 	switch h.dt {
 	case kvcache.F32:
 		return h.KV[r*h.d:][:h.d]
@@ -183,18 +203,22 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 			h.widen(dst[i*h.d:][:h.d], h.KV16[2*(j+i)*h.d:][:h.d])
 		}
 	}
+	if i := h.heldIn(j, n); i >= 0 {
+		copy(dst[i*h.d:][:h.d], h.fk)
+	}
 	return dst[:n*h.d], h.d
 }
 
 // Gather sets dst to the rows (key and value) of positions pos, in that
-// order, in h's element type, reusing dst's memory, and returns a sum of
+// order, in h's element type (as stored, a held position too), reusing
+// dst's memory, and returns a sum of
 // some of their elements, which the caller keeps somewhere the compiler
 // cannot see through. The lines of all the rows are read once, with four
 // independent sums, before any row is copied, so that their misses are
 // in flight together; the copy then reads them from cache, where copying
 // row by row would wait for each row's misses in turn.
 func (h *Head) Gather(dst *Head, pos []int32) float32 {
-	dst.d, dst.dt = h.d, h.dt
+	dst.d, dst.dt, dst.held = h.d, h.dt, 0
 	switch h.dt {
 	case kvcache.F32:
 		var sink float32
@@ -260,6 +284,22 @@ func (h *Head) Len() int {
 // does, reading the keys in place. It prefetches the rows of positions
 // [next, next+nn) (nn may be 0) as it computes.
 func (h *Head) DotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next, nn int) {
+	i := h.heldIn(j, n)
+	if i < 0 {
+		h.dotKeys(s, lds, q, ldq, rows, j, n, next, nn)
+		return
+	}
+	h.dotKeys(s, lds, q, ldq, rows, j, i, next, nn)
+	h.dotKeys(s[i+1:], lds, q, ldq, rows, j+i+1, n-i-1, 0, 0)
+	for r := range rows {
+		s[r*lds+i] = simd.Dot(q[r*ldq:][:h.d], h.fk)
+	}
+}
+
+func (h *Head) dotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next, nn int) {
+	if n == 0 {
+		return
+	}
 	d, st := h.d, 2*h.d
 	switch h.dt {
 	case kvcache.F32:
@@ -278,6 +318,22 @@ func (h *Head) DotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next,
 // It prefetches the rows of positions [next, next+nn) as it computes.
 // tmp (len >= D) holds a widened row where D is not a multiple of 8.
 func (h *Head) AddValues(p []float32, ldp, rows, j, n int, acc, tmp []float32, next, nn int) {
+	i := h.heldIn(j, n)
+	if i < 0 {
+		h.addValues(p, ldp, rows, j, n, acc, tmp, next, nn)
+		return
+	}
+	h.addValues(p, ldp, rows, j, i, acc, tmp, next, nn)
+	h.addValues(p[i+1:], ldp, rows, j+i+1, n-i-1, acc, tmp, 0, 0)
+	for r := range rows {
+		simd.Axpy(p[r*ldp+i], h.fv, acc[r*h.d:][:h.d])
+	}
+}
+
+func (h *Head) addValues(p []float32, ldp, rows, j, n int, acc, tmp []float32, next, nn int) {
+	if n == 0 {
+		return
+	}
 	d, st := h.d, 2*h.d
 	if d%8 != 0 {
 		for r := range rows {
@@ -326,6 +382,11 @@ const KeyGroup = 64
 // KeyGroup returns the positions a group of per-channel int4 key scales
 // spans, 0 where keys are not quantised per channel.
 func (s *Store) KeyGroup() int { return s.heads[0].kg }
+
+// StepAsGiven reports that a step's queries read the step's own keys and
+// values as given, not as stored (the prefill rule, and Hold for a
+// decoded token), for the tests' references.
+func (d *Decoder[S]) StepAsGiven() bool { return true }
 
 // Head returns the keys and values of sequence b, key/value head kvh.
 func (s *Store) Head(b, kvh int) *Head { return &s.heads[b*s.cfg.HKV+kvh] }
@@ -404,6 +465,34 @@ func ParseStorage(name, storage string) (dt kvcache.DType, rot bool, err error) 
 // (kvcache.F32, BF16, F16 or I4).
 func NewHead(d int, dt kvcache.DType) *Head { return &Head{d: d, dt: dt} }
 
+// Hold makes the products and reads of the last stored position use k
+// and v (D values each, copied), the rows it was given, until Release:
+// a decoded token attends to its own key and value as given, as
+// kvcache's Step attends a step's own rows, while later tokens read them
+// as stored. Rounding its own row, the one a query weighs most in many
+// heads, costs more than rounding all the others: with int4 rows, exact
+// decoding over decstore's rows of austen-long had 3.3 times the KL from
+// float32 that it has with the own row held. Float32 storage ignores it.
+func (h *Head) Hold(k, v []float32) {
+	if h.dt == kvcache.F32 {
+		return
+	}
+	h.held = h.Len()
+	h.fk = append(h.fk[:0], k[:h.d]...)
+	h.fv = append(h.fv[:0], v[:h.d]...)
+}
+
+// Release ends Hold.
+func (h *Head) Release() { h.held = 0 }
+
+// heldIn returns the index of the held position in [j, j+n), or -1.
+func (h *Head) heldIn(j, n int) int {
+	if p := h.held - 1; h.held > 0 && p >= j && p < j+n {
+		return p - j
+	}
+	return -1
+}
+
 // Append stores n = len(k)/D positions (key rows k, value rows v), the
 // memory growing as for a cache of at most maxLen positions (0: no
 // limit).
@@ -421,8 +510,9 @@ func (h *Head) Append(k, v []float32, maxLen int) {
 	}
 }
 
-// Truncate keeps the first n positions.
+// Truncate keeps the first n positions, and ends Hold.
 func (h *Head) Truncate(n int) {
+	h.held = 0
 	switch h.dt {
 	case kvcache.F32:
 		h.KV = h.KV[:2*n*h.d]
@@ -630,7 +720,7 @@ func (d *Decoder[S]) Step(ctx context.Context, q, k, v []float32, n int, valid [
 		q, k, v = d.rotate(&d.rq, q), d.rotate(&d.rk, k), d.rotate(&d.rv, v)
 	}
 	d.store(k, v, n, counts)
-	if err := d.attend(ctx, q, n, counts, out, lse); err != nil {
+	if err := d.attend(ctx, q, k, v, n, counts, out, lse); err != nil {
 		d.truncate()
 		return err
 	}
@@ -675,11 +765,12 @@ func (d *Decoder[S]) Append(ctx context.Context, k, v []float32, n int, valid []
 // attend computes the outputs of the real positions: prompt chunks
 // exactly, one sequence after the other (each spreads over the workers),
 // then the decoded positions, a job per sequence and key/value head.
-func (d *Decoder[S]) attend(ctx context.Context, q []float32, n int, counts []int, out, lse []float32) error {
+func (d *Decoder[S]) attend(ctx context.Context, q, k, v []float32, n int, counts []int, out, lse []float32) error {
 	cfg := d.cfg
 	for b, nb := range counts {
 		if nb > 1 {
-			if err := d.prefill(ctx, b, q, n, nb, out, lse); err != nil {
+			kv := seqKV{st: d.Store, b: b, k: k, v: v, n: n, base: d.lens[b]}
+			if err := d.prefill(ctx, b, q, n, nb, kv, out, lse); err != nil {
 				return fmt.Errorf("%s: sequence %d: %w", d.name, b, err)
 			}
 		}
@@ -694,6 +785,12 @@ func (d *Decoder[S]) attend(ctx context.Context, q []float32, n int, counts []in
 	}
 	if len(jobs) == 0 {
 		return nil
+	}
+	for _, i := range jobs {
+		b, kvh := i/cfg.HKV, i%cfg.HKV
+		row := (b*cfg.HKV + kvh) * n * cfg.D
+		d.Head(b, kvh).Hold(k[row:], v[row:])
+		defer d.Head(b, kvh).Release()
 	}
 	h, dd, g := cfg.H, cfg.D, cfg.H/cfg.HKV
 	type scratch struct {
@@ -733,7 +830,7 @@ func (d *Decoder[S]) attend(ctx context.Context, q []float32, n int, counts []in
 
 // prefill attends the nb new positions of sequence b (stored already)
 // exactly and causally over everything the sequence holds.
-func (d *Decoder[S]) prefill(ctx context.Context, b int, q []float32, n, nb int, out, lse []float32) error {
+func (d *Decoder[S]) prefill(ctx context.Context, b int, q []float32, n, nb int, kv seqKV, out, lse []float32) error {
 	cfg := d.cfg
 	h, dd := cfg.H, cfg.D
 	s := attn.Shape{B: 1, H: h, HKV: cfg.HKV, N: nb, M: d.lens[b] + nb, D: dd}
@@ -745,7 +842,7 @@ func (d *Decoder[S]) prefill(ctx context.Context, b int, q []float32, n, nb int,
 		lb = lse[b*h*n:][:h*n]
 	}
 	if nb == n {
-		return d.kn.ForwardKV(ctx, s, qb, seqKV{d.Store, b}, o, nil, ob, lb)
+		return d.kn.ForwardKV(ctx, s, qb, kv, o, nil, ob, lb)
 	}
 	d.q = grow(d.q, h*nb*dd)
 	d.out = grow(d.out, h*nb*dd)
@@ -757,7 +854,7 @@ func (d *Decoder[S]) prefill(ctx context.Context, b int, q []float32, n, nb int,
 		d.lse = grow(d.lse, h*nb)
 		lc = d.lse
 	}
-	if err := d.kn.ForwardKV(ctx, s, d.q, seqKV{d.Store, b}, o, nil, d.out, lc); err != nil {
+	if err := d.kn.ForwardKV(ctx, s, d.q, kv, o, nil, d.out, lc); err != nil {
 		return err
 	}
 	for hh := range h {
@@ -776,10 +873,20 @@ func grow(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// seqKV is one sequence's stored rows as flash's key/value source.
+// seqKV is one sequence's rows as flash's key/value source: positions
+// before base as stored, the step's own (from base on) as given in k and
+// v ([B][Hkv][n][D], rotated already).
 type seqKV struct {
-	st *Store
-	b  int
+	st      *Store
+	b       int
+	k, v    []float32
+	n, base int
+}
+
+// fresh returns the step's row of position j (at or past base).
+func (kv seqKV) fresh(x []float32, kvh, j int) []float32 {
+	d := kv.st.cfg.D
+	return x[((kv.b*kv.st.cfg.HKV+kvh)*kv.n+j-kv.base)*d:][:d]
 }
 
 func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
@@ -790,23 +897,29 @@ func (kv seqKV) PackK(dst []float32, ld, _, kvh, j0, n int) {
 		// several query blocks at once.
 		tmp = make([]float32, h.d)
 	}
-	for j := range n {
-		for c, x := range h.K(tmp, j0+j) {
-			dst[c*ld+j] = x
+	for j := j0; j < j0+n; j++ {
+		var row []float32
+		if j < kv.base {
+			row = h.K(tmp, j)
+		} else {
+			row = kv.fresh(kv.k, kvh, j)
+		}
+		for c, x := range row {
+			dst[c*ld+j-j0] = x
 		}
 	}
 }
 
 func (kv seqKV) PackV(dst []float32, ld, _, kvh, j0, n int) {
 	h := kv.st.Head(kv.b, kvh)
-	if h.dt != kvcache.F32 {
-		for j := range n {
-			h.V(dst[j*ld:], j0+j)
+	for j := j0; j < j0+n; j++ {
+		if j >= kv.base {
+			copy(dst[(j-j0)*ld:], kv.fresh(kv.v, kvh, j))
+		} else if h.dt != kvcache.F32 {
+			h.V(dst[(j-j0)*ld:], j)
+		} else {
+			copy(dst[(j-j0)*ld:], h.V(nil, j))
 		}
-		return
-	}
-	for j := range n {
-		copy(dst[j*ld:], h.V(nil, j0+j))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,15 +178,23 @@ func TestHeadKernels(t *testing.T) {
 				h    *decstore.Head
 				at   func(i int) int
 				j, m int
+				hold bool // the last position held as given (Hold)
 			}
 			row := make([]float32, d)
-			heads := []head{{"stored", hd, func(i int) int { return j0 + i }, j0, m}}
+			heads := []head{{"stored", hd, func(i int) int { return j0 + i }, j0, m, false},
+				{"held", hd, func(i int) int { return j0 + i }, j0, m, true}}
 			if kg == 0 {
 				var gathered decstore.Head
 				hd.Gather(&gathered, pos)
-				heads = append(heads, head{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos)})
+				heads = append(heads, head{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos), false})
 			}
 			for _, c := range heads {
+				if c.hold {
+					c.h.Hold(normal(rng, d, 2), normal(rng, d, 1))
+					if storage != "f32" && slices.Equal(c.h.K(row, n-1), k[(n-1)*d:]) {
+						t.Fatalf("%s D=%d: the held key is the stored one", storage, d)
+					}
+				}
 				name := fmt.Sprintf("%s group %d D=%d %s", storage, kg, d, c.name)
 				if got := c.h.Len(); c.name == "gathered" && got != len(pos) {
 					t.Fatalf("%s: Len %d, want %d", name, got, len(pos))
@@ -219,6 +228,7 @@ func TestHeadKernels(t *testing.T) {
 						t.Fatalf("%s: acc[%d] = %v, want %v", name, i, acc[i], w)
 					}
 				}
+				c.h.Release()
 			}
 		}
 	}

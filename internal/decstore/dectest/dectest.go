@@ -55,6 +55,12 @@ type History struct {
 	KeyGroup int
 	pend     [][][]float32
 	set      [][]int
+	// AsGiven: the decoder reads the keys and values of a step's own
+	// positions as given, not as stored (decstore's prefill and Hold),
+	// so Key and Value return InK and InV rows for positions from
+	// from[b] on, the first of the latest Add.
+	AsGiven bool
+	from    []int
 }
 
 // NewHistory returns an empty history for cfg.
@@ -76,6 +82,10 @@ func NewHistory(cfg attn.DecodeConfig) *History {
 func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 	c, d := hs.Cfg, hs.Cfg.D
 	ik, iv := k, v
+	hs.from = hs.from[:0]
+	for b := range c.B {
+		hs.from = append(hs.from, len(hs.K[b][0])/d)
+	}
 	if hs.KeyGroup > 0 {
 		hs.settle()
 		k = hs.rotated(k, true)
@@ -203,10 +213,23 @@ func Count(n int, valid []int, b int) int {
 	return valid[b]
 }
 
-// Key returns key row j of sequence b, key/value head kvh.
+// Key returns key row j of sequence b, key/value head kvh, as the
+// decoder reads it in the latest step.
 func (hs *History) Key(b, kvh, j int) []float32 {
 	d := hs.Cfg.D
+	if hs.AsGiven && j >= hs.from[b] {
+		return hs.InK[b][kvh][j*d : (j+1)*d]
+	}
 	return hs.K[b][kvh][j*d : (j+1)*d]
+}
+
+// Value returns value row j as Key returns keys.
+func (hs *History) Value(b, kvh, j int) []float32 {
+	d := hs.Cfg.D
+	if hs.AsGiven && j >= hs.from[b] {
+		return hs.InV[b][kvh][j*d : (j+1)*d]
+	}
+	return hs.V[b][kvh][j*d : (j+1)*d]
 }
 
 // Query returns the query of sequence b, head h, at position p.
@@ -249,7 +272,7 @@ func (hs *History) Weighted(b, h, p int, weight func(j int) (logw float64, ok bo
 	for t, j := range js {
 		w := math.Exp(ls[t] - mx)
 		sum += w
-		for i, x := range hs.V[b][kvh][j*d : (j+1)*d] {
+		for i, x := range hs.Value(b, kvh, j) {
 			out[i] += w * float64(x)
 		}
 	}
@@ -303,6 +326,9 @@ func Run(t testing.TB, dec attn.Decoder, cfg attn.DecodeConfig, rng *rand.Rand, 
 	hs := NewHistory(cfg)
 	if kg, ok := dec.(interface{ KeyGroup() int }); ok {
 		hs.KeyGroup = kg.KeyGroup()
+	}
+	if g, ok := dec.(interface{ StepAsGiven() bool }); ok {
+		hs.AsGiven = g.StepAsGiven()
 	}
 	for _, st := range steps {
 		q := ref.Normal(rng, cfg.B*cfg.H*st.N*cfg.D)
