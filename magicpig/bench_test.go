@@ -14,7 +14,7 @@ import (
 // of each and their ratio (speedup; see dectest.BenchStep).
 func BenchmarkDecodeStep(b *testing.B) {
 	for _, n := range []int{16384, 131072} {
-		for _, st := range []string{"f32", "bf16"} {
+		for _, st := range []string{"f32", "bf16", "i4+rot"} {
 			b.Run(fmt.Sprintf("len%d/%s", n, st), func(b *testing.B) {
 				dectest.BenchStep(b, newPIG(b, Config{}), n, st)
 			})
