@@ -380,8 +380,7 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 		for i, l := range line {
 			// The key's norm from the row at hand: a table of norms would
 			// be one more miss a sample.
-			k := rows.K(sc.row, i)
-			kn := math.Sqrt(float64(simd.Dot(k, k)))
+			kn := rows.KeyNorm(sc.row, i)
 			line[i] = l - float32(r.logProb(float64(l), qn*kn))
 			bmax = max(bmax, line[i])
 		}

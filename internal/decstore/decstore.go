@@ -122,7 +122,9 @@ type Head struct {
 // i4Row is the layout of a position of int4 storage, in bytes: the key's
 // packed codes (pw = lowbit.Stride(D)/2 bytes), the value's, then, for
 // keys per token (tok 1), ng = lowbit.ChanGroups(D) float32 key scales
-// and ng key zeros, and in any case ng value scales and ng value zeros.
+// and ng key zeros, in any case ng value scales and ng value zeros, and
+// for keys per token the norm of the key as read back (KeyNorm), which a
+// rule reading scattered rows would otherwise dequantise the key for.
 type i4Row struct{ pw, ng, tok, size int }
 
 func (h *Head) layout() i4Row {
@@ -130,16 +132,17 @@ func (h *Head) layout() i4Row {
 	if h.kg > 0 {
 		tok = 0
 	}
-	return i4Row{pw: pw, ng: ng, tok: tok, size: 2*pw + 8*(tok+1)*ng}
+	return i4Row{pw: pw, ng: ng, tok: tok, size: 2*pw + 8*(tok+1)*ng + 4*tok}
 }
 
 // params returns the scales and zeros (2·(tok+1)·ng float32: key scales
-// and zeros for keys per token, value scales, value zeros) of the int4
+// and zeros for keys per token, value scales, value zeros; then the key's
+// norm for keys per token) of the int4
 // row at byte offset off of buf. The offset is a multiple of 4, and the
 // buffer's memory 4-aligned (Go allocates byte slices 8-aligned at
 // least).
 func (r i4Row) params(buf []uint8, off int) []float32 {
-	n := 2 * (r.tok + 1) * r.ng
+	n := 2*(r.tok+1)*r.ng + r.tok
 	b := buf[off+2*r.pw:][:4*n]
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
 }
@@ -185,6 +188,19 @@ func (h *Head) widen(dst []float32, src []uint16) {
 	} else {
 		simd.WidenF16(dst, src)
 	}
+}
+
+// KeyNorm returns the Euclidean norm of key j as K reads it, computed
+// in float32 products summed by simd.Dot, or, for int4 keys quantised
+// per token, as stored beside the codes (within rounding of the same).
+// dst (len >= D) may hold the key.
+func (h *Head) KeyNorm(dst []float32, j int) float64 {
+	if h.dt == kvcache.I4 && h.kg == 0 && !(h.held > 0 && j == h.held-1) {
+		l := h.layout()
+		return float64(l.params(h.KV4, j*l.size)[4*l.ng])
+	}
+	k := h.K(dst, j)
+	return math.Sqrt(float64(simd.Dot(k, k)))
 }
 
 // KeyRows returns keys [j, j+n) as float32 rows and their stride: the

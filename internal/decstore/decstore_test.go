@@ -218,6 +218,13 @@ func TestHeadKernels(t *testing.T) {
 						if e := math.Abs(float64(s[r*c.m+i]) - dot); e > 1e-5*mag+1e-6 {
 							t.Fatalf("%s: score [%d][%d] = %v, want %v", name, r, i, s[r*c.m+i], dot)
 						}
+						var sq float64
+						for _, x := range hd.K(row, c.at(i)) {
+							sq += float64(x) * float64(x)
+						}
+						if got := c.h.KeyNorm(row, c.j+i); math.Abs(got-math.Sqrt(sq)) > 1e-5*math.Sqrt(sq) {
+							t.Fatalf("%s: key %d norm %v, want %v", name, i, got, math.Sqrt(sq))
+						}
 						for ch, x := range hd.V(row, c.at(i)) {
 							want[r*d+ch] += float64(p[r*c.m+i]) * float64(x)
 						}

@@ -2,6 +2,7 @@ package decstore
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
@@ -165,8 +166,9 @@ func (h *Head) dotKeysGroup(s []float32, lds int, q []float32, ldq, rows, j, n i
 // group.
 func (h *Head) dotKeysToken(s []float32, lds int, q []float32, ldq, rows, j, n int) {
 	l := h.layout()
-	tmp := h.scratch(2*rows*n + rows)
-	part, dot, qsum := tmp[:rows*n], tmp[rows*n:2*rows*n], tmp[2*rows*n:]
+	tmp := h.scratch(2*rows*n + rows + 2*n)
+	part, dot, qsum := tmp[:rows*n], tmp[rows*n:2*rows*n], tmp[2*rows*n:][:rows]
+	sc, z := tmp[2*rows*n+rows:][:n], tmp[2*rows*n+rows+n:][:n]
 	k := h.KV4[j*l.size:]
 	for r := range rows {
 		clear(s[r*lds:][:n])
@@ -193,11 +195,12 @@ func (h *Head) dotKeysToken(s []float32, lds int, q []float32, ldq, rows, j, n i
 			}
 			qsum[r] = sum
 		}
-		for i := range n {
-			p := l.params(h.KV4, (j+i)*l.size)
-			sc, z := p[cg], p[l.ng+cg]
-			for r := range rows {
-				s[r*lds+i] += sc*part[r*n+i] + z*qsum[r]
+		h.column(sc, j, cg)
+		h.column(z, j, l.ng+cg)
+		for r := range rows {
+			sr, pr, qs := s[r*lds:][:n], part[r*n:][:n], qsum[r]
+			for i := range sr {
+				sr[i] += sc[i]*pr[i] + z[i]*qs
 			}
 		}
 	}
@@ -212,17 +215,19 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 	if rows == 0 || n == 0 {
 		return
 	}
-	pt := h.scratch(rows * n)
+	tmp := h.scratch(rows*n + 2*n)
+	pt, vs, vz := tmp[:rows*n], tmp[rows*n:][:n], tmp[rows*n+n:][:n]
 	v := h.KV4[j*l.size+l.pw:]
 	for cg := range l.ng {
 		c0, c1 := cg*lowbit.ChanGroup, min(h.d, (cg+1)*lowbit.ChanGroup)
+		h.column(vs, j, 2*l.tok*l.ng+cg)
+		h.column(vz, j, (2*l.tok+1)*l.ng+cg)
 		for r := range rows {
-			var zs float32
-			for i, w := range p[r*ldp:][:n] {
-				vs, vz := l.values(l.params(h.KV4, (j+i)*l.size))
-				pt[r*n+i] = w * vs[cg]
-				zs += w * vz[cg]
+			pr, ptr := p[r*ldp:][:n], pt[r*n:][:n]
+			for i, w := range pr {
+				ptr[i] = w * vs[i]
 			}
+			zs := simd.Dot(pr, vz)
 			for c := c0; c < c1; c++ {
 				acc[r*h.d+c] += zs
 			}
@@ -234,12 +239,24 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 	}
 }
 
+// column sets dst[i] to param x (an index into i4Row.params) of the int4
+// row of position j+i, for i < len(dst).
+func (h *Head) column(dst []float32, j, x int) {
+	l := h.layout()
+	buf := h.KV4[j*l.size+2*l.pw+4*x:]
+	for i := range dst {
+		// In the byte order params wrote it in (the machine's).
+		dst[i] = *(*float32)(unsafe.Pointer(&buf[i*l.size]))
+	}
+}
+
 // appendI4 appends int4 rows for key and value rows k and v: values
 // quantised per token; keys per token too, or, per channel, kept in
 // float32 until their group completes (Settle).
 func (h *Head) appendI4(k, v []float32, maxLen int) {
 	l, d := h.layout(), h.d
 	n := len(k) / d
+	var x []float32
 	buf := grow8(h.KV4, len(h.KV4)+n*l.size, 256*l.size, maxLen*l.size)
 	buf = buf[:len(buf)+n*l.size]
 	base := len(buf) - n*l.size
@@ -248,6 +265,9 @@ func (h *Head) appendI4(k, v []float32, maxLen int) {
 		p := l.params(buf, off)
 		if h.kg == 0 {
 			lowbit.QuantRow(buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1, k[i*d:][:d], l.pw)
+			x = grow(x, d)
+			lowbit.Dequant(x, buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1)
+			p[4*l.ng] = float32(math.Sqrt(float64(simd.Dot(x, x))))
 		} else {
 			clear(buf[off:][:l.pw]) // Settle ORs the codes in
 		}
