@@ -243,6 +243,20 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	}
 	visible := p + 1
 	s0, w0 := r.m.split(p)
+	if w0 > s0 {
+		// The queries' buckets first, and a request for the first line
+		// of each of their lists, the g·L misses then overlapping the
+		// exact part below rather than holding up the samples' walk.
+		r.queryCodes(sc, g)
+		t := &r.heads[b*cfg.HKV+kvh]
+		bits, nt := r.m.bits, r.m.tables
+		for h := range g {
+			for l := range nt {
+				list := t.lists[l<<bits|int(sc.codes[h*nt+l])]
+				simd.Prefetch(list[:min(len(list), 16)])
+			}
+		}
+	}
 	ranges := [2][2]int{{0, s0}, {w0, visible}}
 	ne := s0 + visible - w0
 	// The exact part, shared by the group: the logits, each head's
@@ -275,9 +289,6 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 		off += n
 	}
 	// The samples, head by head, and the merge.
-	if w0 > s0 {
-		r.queryCodes(sc, g)
-	}
 	rows := ne
 	sc.sacc = grow(sc.sacc, dd)
 	for h := range g {

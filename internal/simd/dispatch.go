@@ -21,7 +21,10 @@ type implementation struct {
 	dot     func(x, y []float32) float32    // len(y) >= len(x)
 	axpy    func(a float32, x, y []float32) // len(y) >= len(x)
 	readSum func(x []float32) float32
-	fmaPeak func(iters int) float32
+	// prefetch asks for the lines of the n bytes at p; a no-op where
+	// there is no such instruction in the family.
+	prefetch func(p *byte, n int)
+	fmaPeak  func(iters int) float32
 
 	widenBF16 func(dst []float32, src []uint16) // len(dst) >= len(src)
 	widenF16  func(dst []float32, src []uint16) // len(dst) >= len(src)
@@ -68,17 +71,18 @@ type implementation struct {
 }
 
 var genericImpl = implementation{
-	name:    "generic",
-	gemm:    gemmGeneric,
-	expSum:  expSumGeneric,
-	exp:     expGeneric,
-	expMul:  expMulGeneric,
-	max:     maxGeneric,
-	scale:   scaleGeneric,
-	dot:     dotGeneric,
-	axpy:    axpyGeneric,
-	readSum: readSumGeneric,
-	fmaPeak: fmaPeakGeneric,
+	name:     "generic",
+	gemm:     gemmGeneric,
+	expSum:   expSumGeneric,
+	exp:      expGeneric,
+	expMul:   expMulGeneric,
+	max:      maxGeneric,
+	scale:    scaleGeneric,
+	dot:      dotGeneric,
+	axpy:     axpyGeneric,
+	readSum:  readSumGeneric,
+	prefetch: func(*byte, int) {},
+	fmaPeak:  fmaPeakGeneric,
 
 	widenBF16: widenBF16Generic,
 	widenF16:  widenF16Generic,

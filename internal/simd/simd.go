@@ -1,5 +1,7 @@
 package simd
 
+import "unsafe"
+
 // Panel is the column width Gemm works in: n must be a multiple of it.
 const Panel = 16
 
@@ -117,6 +119,16 @@ func FMAPeak(iters int) float32 { return active.fmaPeak(iters) }
 // is its use (MeasureReadGBps, and bringing a block of a KV cache into
 // the caches before the kernels read it in another order).
 func ReadSum(x []float32) float32 { return active.readSum(x) }
+
+// Prefetch asks the processor to bring the cache lines of x into its
+// caches, without waiting for them (PREFETCHT0 on amd64; nothing with
+// purego or on arm64): a walk of scattered lists or rows can then request
+// the next ones while it computes on the current.
+func Prefetch[T any](x []T) {
+	if len(x) > 0 {
+		active.prefetch((*byte)(unsafe.Pointer(unsafe.SliceData(x))), len(x)*int(unsafe.Sizeof(x[0])))
+	}
+}
 
 // WidenBF16 sets dst[i] to the float32 whose bits are src[i]<<16: src
 // holds bfloat16 values, the upper halves of float32s, and the widening

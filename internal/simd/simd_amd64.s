@@ -2040,6 +2040,24 @@ reduce:
 	VZEROUPPER
 	RET
 
+// func prefetchT0(p *byte, n int)
+// Requires: MMX+
+TEXT ·prefetchT0(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ n+8(FP), CX
+	LEAQ (AX)(CX*1), CX
+	ANDQ $-64, AX
+
+prefetchLoop:
+	CMPQ       AX, CX
+	JAE        prefetchDone
+	PREFETCHT0 (AX)
+	ADDQ       $0x40, AX
+	JMP        prefetchLoop
+
+prefetchDone:
+	RET
+
 // func fmaPeakAVX2(iters int) float32
 // Requires: AVX, FMA3, SSE
 TEXT ·fmaPeakAVX2(SB), NOSPLIT, $0-12

@@ -803,3 +803,26 @@ func TestExported(t *testing.T) {
 		t.Errorf("DotRows: %v", sc)
 	}
 }
+
+// TestPrefetch runs every family's prefetch on empty, unaligned and
+// long ranges, and on the last bytes of a slice: a prefetch has no
+// result to check, but it must not fault or write.
+func TestPrefetch(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		x := make([]byte, 3*4096+5)
+		for i := range x {
+			x[i] = byte(i)
+		}
+		impl.prefetch(nil, 0)
+		for _, r := range [][2]int{{0, 0}, {1, 1}, {63, 2}, {5, 4096}, {len(x) - 1, 1}, {0, len(x)}} {
+			impl.prefetch(&x[r[0]], r[1])
+		}
+		for i := range x {
+			if x[i] != byte(i) {
+				t.Fatalf("byte %d changed", i)
+			}
+		}
+	})
+	Prefetch([]int32(nil))
+	Prefetch(make([]float32, 3)[1:])
+}

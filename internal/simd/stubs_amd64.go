@@ -45,6 +45,11 @@ func axpyAVX2(a float32, x []float32, y []float32)
 //go:noescape
 func readSumAVX2(x []float32) float32
 
+// prefetchT0 asks for the cache lines of the n bytes at p.
+//
+//go:noescape
+func prefetchT0(p *byte, n int)
+
 // fmaPeakAVX2 runs iters rounds of 12 independent ymm FMAs
 // (192 flops a round) and returns a sum of the results.
 func fmaPeakAVX2(iters int) float32

@@ -40,6 +40,7 @@ func main() {
 	dot()
 	axpy()
 	readSum()
+	prefetch()
 	fmaPeak()
 	widenBF16()
 	widenF16()

@@ -231,6 +231,30 @@ func axpy() {
 	RET()
 }
 
+// prefetch emits prefetchT0: PREFETCHT0 for each line of [p, p+n), a
+// request that retires at once, where a load of the line would hold the
+// reorder buffer until the line arrives.
+func prefetch() {
+	TEXT("prefetchT0", NOSPLIT, "func(p *byte, n int)")
+	Pragma("noescape")
+	Doc("prefetchT0 asks for the cache lines of the n bytes at p.")
+	p := Load(Param("p"), GP64())
+	n := Load(Param("n"), GP64())
+	end := GP64()
+	LEAQ(Mem{Base: p, Index: n, Scale: 1}, end)
+	// From the line p is in: an unaligned p would otherwise leave out
+	// the last line.
+	ANDQ(I32(-64), p)
+	Label("prefetchLoop")
+	CMPQ(p, end)
+	JAE(LabelRef("prefetchDone"))
+	PREFETCHT0(Mem{Base: p})
+	ADDQ(U8(64), p)
+	JMP(LabelRef("prefetchLoop"))
+	Label("prefetchDone")
+	RET()
+}
+
 // readSum emits readSumAVX2, the streaming read of MeasureReadGBps: each
 // 32-byte load is added into one of 8 accumulators (FP add latency 3,
 // two add pipes, two loads a cycle).
