@@ -119,6 +119,12 @@ var _ attn.Decodable = (*Attention)(nil)
 // Len returns the positions appended to sequence b.
 func (d *Decoder) Len(b int) int { return d.lens[b] }
 
+// SingleAsGiven reports that a step bringing a sequence one position
+// reads that position's key and value as given, not as stored (for the
+// tests' references; a prompt chunk's positions read each other as
+// stored).
+func (d *Decoder) SingleAsGiven() bool { return true }
+
 // Bytes returns the memory of the stored keys, values and buckets and of
 // the indexes.
 func (d *Decoder) Bytes() int {
@@ -282,6 +288,12 @@ func (d *Decoder) job(ctx context.Context, sc *decodeScratch, b, kvh int, q, k, 
 	p0 := d.lens[b]
 	src := (b*cfg.HKV + kvh) * n * dd
 	d.store(sc, hd, p0, k[src:src+nb*dd], v[src:src+nb*dd])
+	if nb == 1 {
+		// A generated token attends to its own key and value as given,
+		// not as stored (decstore.Head.Hold), as kvcache does.
+		hd.kv.Hold(k[src:], v[src:])
+		defer hd.kv.Release()
+	}
 	sc.qb = grow(sc.qb, g*nb)
 	for hh := range g {
 		row := (b*cfg.H + kvh*g + hh) * n

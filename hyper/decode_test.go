@@ -261,9 +261,11 @@ func sliceHeads(x []float32, heads, total, at, n, d int) []float32 {
 
 // How a sequence is cut into steps, and the number of workers, change
 // nothing: one chunk, single positions and chunks of 3 give the same
-// outputs, bit for bit, in float32 and in rotated int4. The int4 runs
-// share their first chunk, which may set how a head's later rows are
-// quantised (decstore's offsets); the float32 ones cut from the start.
+// outputs, bit for bit, in float32, rotated or not. (With rows rounded as
+// they are stored, a single position reads its own row as given and a
+// chunk's positions read each other as stored, so cutting a chunk into
+// single positions changes the outputs by that rounding: rotated int4
+// runs are cut the same way in each run, on 1 to 3 workers.)
 func TestDecoderChunksEqualSteps(t *testing.T) {
 	rng := testRNG(t, 23)
 	const total = 90
@@ -274,9 +276,12 @@ func TestDecoderChunksEqualSteps(t *testing.T) {
 	for i, hc := range decodeCfgs() {
 		cfg := attn.DecodeConfig{B: 1, H: 6, HKV: 3, D: 13}
 		runs := []run{{[]int{total}, 1}, {[]int{1}, 1}, {[]int{3}, 2}, {[]int{50, 1, 7}, 3}}
-		if i%2 == 1 {
+		switch i % 3 {
+		case 1:
+			cfg.D, cfg.Storage = 24, "f32+rot"
+		case 2:
 			cfg.D, cfg.Storage = 24, "i4+rot"
-			runs = []run{{[]int{30, total}, 1}, {[]int{30, 1}, 1}, {[]int{30, 3}, 2}, {[]int{30, 20, 1, 7}, 3}}
+			runs = []run{{[]int{30, 20, 1, 7}, 1}, {[]int{30, 20, 1, 7}, 2}, {[]int{30, 20, 1, 7}, 3}}
 		}
 		a := newAttention(t, hc)
 		q := ref.Normal(rng, cfg.H*total*cfg.D)

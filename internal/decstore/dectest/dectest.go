@@ -61,6 +61,10 @@ type History struct {
 	// from[b] on, the first of the latest Add.
 	AsGiven bool
 	from    []int
+	// GivenSingles: only a one-position step reads its own key and
+	// value as given (hyper's Hold); last[b] is the latest Add's count.
+	GivenSingles bool
+	last         []int
 }
 
 // NewHistory returns an empty history for cfg.
@@ -82,9 +86,10 @@ func NewHistory(cfg attn.DecodeConfig) *History {
 func (hs *History) Add(q, k, v []float32, n int, valid []int) {
 	c, d := hs.Cfg, hs.Cfg.D
 	ik, iv := k, v
-	hs.from = hs.from[:0]
+	hs.from, hs.last = hs.from[:0], hs.last[:0]
 	for b := range c.B {
 		hs.from = append(hs.from, len(hs.K[b][0])/d)
+		hs.last = append(hs.last, Count(n, valid, b))
 	}
 	if hs.KeyGroup > 0 {
 		hs.settle()
@@ -217,16 +222,22 @@ func Count(n int, valid []int, b int) int {
 // decoder reads it in the latest step.
 func (hs *History) Key(b, kvh, j int) []float32 {
 	d := hs.Cfg.D
-	if hs.AsGiven && j >= hs.from[b] {
+	if hs.given(b, j) {
 		return hs.InK[b][kvh][j*d : (j+1)*d]
 	}
 	return hs.K[b][kvh][j*d : (j+1)*d]
 }
 
+// given reports whether the decoder reads position j of sequence b as
+// given in the latest step.
+func (hs *History) given(b, j int) bool {
+	return hs.AsGiven && j >= hs.from[b] || hs.GivenSingles && hs.last[b] == 1 && j == hs.from[b]
+}
+
 // Value returns value row j as Key returns keys.
 func (hs *History) Value(b, kvh, j int) []float32 {
 	d := hs.Cfg.D
-	if hs.AsGiven && j >= hs.from[b] {
+	if hs.given(b, j) {
 		return hs.InV[b][kvh][j*d : (j+1)*d]
 	}
 	return hs.V[b][kvh][j*d : (j+1)*d]
@@ -329,6 +340,9 @@ func Run(t testing.TB, dec attn.Decoder, cfg attn.DecodeConfig, rng *rand.Rand, 
 	}
 	if g, ok := dec.(interface{ StepAsGiven() bool }); ok {
 		hs.AsGiven = g.StepAsGiven()
+	}
+	if g, ok := dec.(interface{ SingleAsGiven() bool }); ok {
+		hs.GivenSingles = g.SingleAsGiven()
 	}
 	for _, st := range steps {
 		q := ref.Normal(rng, cfg.B*cfg.H*st.N*cfg.D)
