@@ -113,8 +113,11 @@ func (sq *sequence) checkGrow(t, maxLen int) error {
 // With a rotation the rows are stored rotated (a key normalised first:
 // the rotation keeps its norm). The storage grows as for a sequence of
 // at most maxLen positions (0: no limit). w is the scratch of the
-// calling goroutine.
-func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride, maxLen int, w *decodeScratch, kb []int32) {
+// calling goroutine. With hold and t = 1 the token's key and value are
+// then held as given (decstore.Head.Hold: the token attends to its own
+// rows unrounded) until the caller releases them; its buckets are of the
+// key as stored all the same.
+func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride, maxLen int, w *decodeScratch, kb []int32, hold bool) {
 	d, R, nb := c.d, c.cfg.Hashes, c.hs.buckets
 	for kvh := range c.hkv {
 		hd := &sq.heads[kvh]
@@ -148,6 +151,9 @@ func (c *decodeCore) append(sq *sequence, k, v []float32, t, stride, maxLen int,
 				l := &sq.lists[(kvh*R+r)*nb+int(kb[r])]
 				*l = append(*l, int32(sq.n+i))
 			}
+		}
+		if hold && t == 1 {
+			hd.Hold(kr, vr)
 		}
 	}
 	sq.n += t
@@ -334,7 +340,7 @@ func (dec *Decoder) Append(k, v []float32) error {
 	if err := dec.sq.checkGrow(t, 0); err != nil {
 		return err
 	}
-	dec.c.append(dec.sq, k, v, t, t, 0, dec.w, dec.kb)
+	dec.c.append(dec.sq, k, v, t, t, 0, dec.w, dec.kb, false)
 	return nil
 }
 
@@ -486,8 +492,18 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 		if c.cfg.SharedQK {
 			src = q[b*h*n*dd:] // H == Hkv: the same layout
 		}
-		c.append(sq, src, v[b*hkv*n*dd:], count(b), n, cfg.MaxLen, d.scratch[0], d.kb)
+		// A generated token reads its own rows as given, as kvcache
+		// does; not with shared QK, whose query hashes its own key as
+		// stored to find its key's buckets.
+		c.append(sq, src, v[b*hkv*n*dd:], count(b), n, cfg.MaxLen, d.scratch[0], d.kb, d.SingleAsGiven())
 	}
+	defer func() {
+		for _, sq := range d.seqs {
+			for kvh := range sq.heads {
+				sq.heads[kvh].Release()
+			}
+		}
+	}()
 	if c.rot != nil {
 		// The padding rows too (they are not read): one pass over q.
 		d.rq = append(d.rq[:0], q...)
@@ -527,6 +543,11 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 		return nil
 	})
 }
+
+// SingleAsGiven reports whether a step that brings a sequence one
+// position reads that position's key and value as given, not as stored:
+// without shared QK (see Step).
+func (d *BatchDecoder) SingleAsGiven() bool { return !d.c.cfg.SharedQK }
 
 var (
 	_ attn.Decoder    = (*BatchDecoder)(nil)

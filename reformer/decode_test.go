@@ -554,6 +554,18 @@ func TestBatchDecoderStoragesFollowTheRule(t *testing.T) {
 					}
 					k, v := keys[b*dc.HKV+kvh], vals[b*dc.HKV+kvh]
 					mask := ruleKeys(core, k, q, p)
+					if dectest.Count(st.N, st.Valid, b) == 1 && dec.SingleAsGiven() {
+						// A generated token attends to its own rows as
+						// given (rotated), though it hashed its key as
+						// stored.
+						k, v = slices.Clone(k[:(p+1)*d]), slices.Clone(v[:(p+1)*d])
+						copy(k[p*d:], hs.InK[b][kvh][p*d:(p+1)*d])
+						copy(v[p*d:], hs.InV[b][kvh][p*d:(p+1)*d])
+						if core.rot != nil {
+							core.rot.Rows(k[p*d:], false)
+							core.rot.Rows(v[p*d:], false)
+						}
+					}
 					s := attn.Shape{B: 1, H: 1, HKV: 1, N: 1, M: p + 1, D: d}
 					o, l, err := ref.Attention(s, q, k[:(p+1)*d], v[:(p+1)*d], ref.Spec{Scale: float64(core.scale), Mask: mask})
 					if err != nil {

@@ -226,8 +226,8 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 }
 
 // Gather sets dst to the rows (key and value) of positions pos, in that
-// order, in h's element type (as stored, a held position too), reusing
-// dst's memory, and returns a sum of
+// order, in h's element type (a held position stays held: its last
+// place in pos is), reusing dst's memory, and returns a sum of
 // some of their elements, which the caller keeps somewhere the compiler
 // cannot see through. The lines of all the rows are read once, with four
 // independent sums, before any row is copied, so that their misses are
@@ -235,6 +235,16 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 // row by row would wait for each row's misses in turn.
 func (h *Head) Gather(dst *Head, pos []int32) float32 {
 	dst.d, dst.dt, dst.held = h.d, h.dt, 0
+	if h.held > 0 {
+		// The held position stays held in the copy, at its place
+		// there.
+		for i, x := range pos {
+			if int(x) == h.held-1 {
+				dst.held = i + 1
+				dst.fk, dst.fv = append(dst.fk[:0], h.fk...), append(dst.fv[:0], h.fv...)
+			}
+		}
+	}
 	switch h.dt {
 	case kvcache.F32:
 		var sink float32

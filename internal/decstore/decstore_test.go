@@ -184,9 +184,20 @@ func TestHeadKernels(t *testing.T) {
 			heads := []head{{"stored", hd, func(i int) int { return j0 + i }, j0, m, false},
 				{"held", hd, func(i int) int { return j0 + i }, j0, m, true}}
 			if kg == 0 {
-				var gathered decstore.Head
+				var gathered, held decstore.Head
 				hd.Gather(&gathered, pos)
 				heads = append(heads, head{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos), false})
+				// Gathered while the last position (36, pos[5]) is held:
+				// it stays held in the copy.
+				hk := normal(rng, d, 2)
+				hd.Hold(hk, normal(rng, d, 1))
+				hd.Gather(&held, pos)
+				hd.Release()
+				// (Float32 rows are what they were given: Hold ignores them.)
+				if got := held.K(row, 5); storage != "f32" && !slices.Equal(got, hk) {
+					t.Fatalf("%s D=%d: gathered held key %v, want %v", storage, d, got[:2], hk[:2])
+				}
+				heads = append(heads, head{"gathered held", &held, nil, 0, len(pos), false})
 			}
 			for _, c := range heads {
 				if c.hold {
@@ -208,10 +219,24 @@ func TestHeadKernels(t *testing.T) {
 					want[i] = float64(x)
 				}
 				c.h.AddValues(p, c.m, rows, c.j, c.m, acc, make([]float32, d), 0, 0)
+				// Row i of the range as read back: from hd at its
+				// position, or from the gathered head itself.
+				rowOf := func(i int, value bool) []float32 {
+					h, j := hd, 0
+					if c.at == nil {
+						h, j = c.h, i
+					} else {
+						j = c.at(i)
+					}
+					if value {
+						return h.V(row, j)
+					}
+					return h.K(row, j)
+				}
 				for r := range rows {
 					for i := range c.m {
 						var dot, mag float64
-						for ch, x := range hd.K(row, c.at(i)) {
+						for ch, x := range rowOf(i, false) {
 							dot += float64(q[r*d+ch]) * float64(x)
 							mag += math.Abs(float64(q[r*d+ch]) * float64(x))
 						}
@@ -219,13 +244,13 @@ func TestHeadKernels(t *testing.T) {
 							t.Fatalf("%s: score [%d][%d] = %v, want %v", name, r, i, s[r*c.m+i], dot)
 						}
 						var sq float64
-						for _, x := range hd.K(row, c.at(i)) {
+						for _, x := range rowOf(i, false) {
 							sq += float64(x) * float64(x)
 						}
 						if got := c.h.KeyNorm(row, c.j+i); math.Abs(got-math.Sqrt(sq)) > 1e-5*math.Sqrt(sq) {
 							t.Fatalf("%s: key %d norm %v, want %v", name, i, got, math.Sqrt(sq))
 						}
-						for ch, x := range hd.V(row, c.at(i)) {
+						for ch, x := range rowOf(i, true) {
 							want[r*d+ch] += float64(p[r*c.m+i]) * float64(x)
 						}
 					}
