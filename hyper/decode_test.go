@@ -309,10 +309,17 @@ func TestDecoderChunksEqualSteps(t *testing.T) {
 
 // Within a chunk, a position sees no later one: changing the queries, keys
 // and values after position i of a chunk leaves the outputs up to i
-// unchanged, bit for bit.
+// unchanged, bit for bit, in float32 and in rotated int4 (quantised a row
+// at a time, so that no row's codes depend on a later one).
 func TestDecoderNoFuture(t *testing.T) {
+	for _, storage := range []string{"f32", "i4+rot"} {
+		t.Run(storage, func(t *testing.T) { noFuture(t, storage) })
+	}
+}
+
+func noFuture(t *testing.T, storage string) {
 	rng := testRNG(t, 24)
-	cfg := attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 9}
+	cfg := attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 9, Storage: storage}
 	const total = 60
 	a := newAttention(t, decodeCfgs()[0])
 	q := ref.Normal(rng, cfg.H*total*cfg.D)
