@@ -149,6 +149,10 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f16"},
 		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"},
 		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
+		// Rotated rows: the pages are chosen by the keys and queries
+		// rotated back, as the reference chooses them.
+		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f32+rot"},
+		{B: 1, H: 4, HKV: 2, D: 40, Storage: "i4+rot"},
 	} {
 		for _, qc := range testConfigs() {
 			m := newQuest(t, qc)

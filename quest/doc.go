@@ -69,8 +69,11 @@
 // binary16 at half the bytes a step reads, or as 4-bit codes quantised
 // per token (attn.DecodeConfig's Storage "", "f32", "bf16", "f16" or
 // "i4", optionally Hadamard-rotated with "+rot"; see package kvcache).
-// The page summaries are of the keys as stored and read back, rotated
-// where they are, so they stay exact bounds. It has no StreamingLLM
+// The page summaries are of the keys as stored and read back, so they
+// stay exact bounds; with "+rot" they are of the keys rotated back, and
+// the queries are scored against them rotated back, since a rotation
+// spreads each key over all the channels of its block and so widens
+// every channel's range in a page. It has no StreamingLLM
 // window of its own (Window must be 0): its sinks and recent window are
 // Config's.
 package quest

@@ -414,6 +414,11 @@ func (s *Store) KeyGroup() int { return s.heads[0].kg }
 // decoded token), for the tests' references.
 func (d *Decoder[S]) StepAsGiven() bool { return true }
 
+// Rotation returns the rotation the rows are stored under, nil without
+// "+rot": a rule whose index is not rotation-invariant (quest's
+// channel-wise bounds) rotates keys and queries back with it.
+func (s *Store) Rotation() *lowbit.Rotation { return s.rot }
+
 // Head returns the keys and values of sequence b, key/value head kvh.
 func (s *Store) Head(b, kvh int) *Head { return &s.heads[b*s.cfg.HKV+kvh] }
 
