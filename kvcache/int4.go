@@ -362,7 +362,7 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 			simd.ScaleColumns(pt, decodeBlock, g, sg)
 		}
 		// The group's columns of each half of the packed rows.
-		halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
+		lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 			vb := v[b:][:(nb-1)*pw+p1-p0]
 			if native {
 				simd.GemmU4BF16(g, p1-p0, nb, sc.s, decodeBlock, sg, vb, pw, sc.acc[p0:], st, hi)
@@ -398,26 +398,13 @@ func (x *i4Scratch) addZeros(acc []float32, st, d int) {
 // probabilities stay float32.
 func (c *Cache) nativeI4() bool { return simd.NativeU4() && c.stride <= 512 }
 
-// halves calls f for the parts of channels [c0, c1) of packed rows of pw
-// bytes that lie in the low (hi false) and the high nibbles: the part's
-// first byte b in a row, and its channels [p0, p1).
-func halves(pw, c0, c1 int, f func(hi bool, b, p0, p1 int)) {
-	if c0 < pw {
-		f(false, c0, c0, min(c1, pw))
-	}
-	if c1 > pw {
-		p0 := max(c0, pw)
-		f(true, p0-pw, p0, c1)
-	}
-}
-
 // dotCodes sets s[r*decodeBlock+j], for the g rows of q (stride) and the
 // n packed rows of k, to the dot product of channels [c0, c1) of q's row
 // with the row's codes, reading the codes in place from both halves.
 func (c *Cache) dotCodes(s []float32, x *i4Scratch, q []float32, g int, k []uint8, n, c0, c1 int) {
 	st, pw := c.stride, c.stride/2
 	first := true
-	halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
+	lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 		kk := k[b:][:(n-1)*pw+p1-p0]
 		if first {
 			simd.DotRowsU4(s, decodeBlock, q[p0:], st, g, kk, pw, n, p1-p0, hi)

@@ -8,19 +8,6 @@ import (
 	"github.com/attnkit/attn/internal/simd"
 )
 
-// halves calls f for the parts of channels [c0, c1) of packed rows of pw
-// bytes that lie in the low (hi false) and the high nibbles: the part's
-// first byte b in a row, and its channels [p0, p1).
-func halves(pw, c0, c1 int, f func(hi bool, b, p0, p1 int)) {
-	if c0 < pw {
-		f(false, c0, c0, min(c1, pw))
-	}
-	if c1 > pw {
-		p0 := max(c0, pw)
-		f(true, p0-pw, p0, c1)
-	}
-}
-
 // scratch returns the Head's int4 memory, at least n values.
 func (h *Head) scratch(n int) []float32 {
 	if cap(h.tmp) < n {
@@ -140,7 +127,7 @@ func (h *Head) dotKeysGroup(s []float32, lds int, q []float32, ldq, rows, j, n i
 	simd.ScaleColumns(qf, d, rows, scale)
 	k := h.KV4[j*l.size:]
 	first := true
-	halves(l.pw, 0, d, func(hi bool, b, p0, p1 int) {
+	lowbit.Halves(l.pw, 0, d, func(hi bool, b, p0, p1 int) {
 		kk := k[b:][:(n-1)*l.size+p1-p0]
 		if first {
 			simd.DotRowsU4(s, lds, qf[p0:], d, rows, kk, l.size, n, p1-p0, hi)
@@ -176,7 +163,7 @@ func (h *Head) dotKeysToken(s []float32, lds int, q []float32, ldq, rows, j, n i
 	for cg := range l.ng {
 		c0, c1 := cg*lowbit.ChanGroup, min(h.d, (cg+1)*lowbit.ChanGroup)
 		first := true
-		halves(l.pw, c0, c1, func(hi bool, b, p0, p1 int) {
+		lowbit.Halves(l.pw, c0, c1, func(hi bool, b, p0, p1 int) {
 			kk := k[b:][:(n-1)*l.size+p1-p0]
 			out := dot
 			if first {
@@ -232,7 +219,7 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 				acc[r*h.d+c] += zs
 			}
 		}
-		halves(l.pw, c0, c1, func(hi bool, b, p0, p1 int) {
+		lowbit.Halves(l.pw, c0, c1, func(hi bool, b, p0, p1 int) {
 			vb := v[b:][:(n-1)*l.size+p1-p0]
 			simd.GemmU4(rows, p1-p0, n, pt, n, vb, l.size, acc[p0:], h.d, true, hi)
 		})

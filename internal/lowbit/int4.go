@@ -123,3 +123,17 @@ func Dequant(dst []float32, packed []uint8, scale, zero []float32, gs int) {
 		}
 	}
 }
+
+// Halves calls f for the parts of channels [c0, c1) of packed rows of pw
+// bytes that lie in the low (hi false) and the high nibbles: the part's
+// first byte b in a row, and its channels [p0, p1). The kernels read
+// each part in place with one call.
+func Halves(pw, c0, c1 int, f func(hi bool, b, p0, p1 int)) {
+	if c0 < pw {
+		f(false, c0, c0, min(c1, pw))
+	}
+	if c1 > pw {
+		p0 := max(c0, pw)
+		f(true, p0-pw, p0, c1)
+	}
+}
