@@ -556,7 +556,7 @@ func (h *Head) Truncate(n int) {
 
 // Bytes returns the memory of the stored rows.
 func (h *Head) Bytes() int {
-	return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*(cap(h.tmp)+cap(h.kp)+cap(h.kres))
+	return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*(cap(h.tmp)+cap(h.kp)+cap(h.kres)+cap(h.fk)+cap(h.fv))
 }
 
 // New returns a decoder over st with rule r.
