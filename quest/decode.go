@@ -7,6 +7,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/decstore"
+	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -25,8 +26,11 @@ type rule struct {
 	st    *decstore.Store
 	scale float32
 	// summ holds, per sequence and key/value head, a row of 2·D per
-	// page: the channel-wise maximum of its keys, then the minimum.
-	summ    [][]float32
+	// page: the channel-wise maximum of its keys rounded up to
+	// bfloat16, then the minimum rounded down. Scoring the summaries
+	// is most of a step's work outside the pages it reads; rounded
+	// outward they still bound every logit, at half the bytes.
+	summ    [][]uint16
 	indexed []int
 	// settled[i] is the head's Settled count when it was indexed: keys
 	// past it were read in float32 and change when their int4 group is
@@ -48,7 +52,7 @@ func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rule{m: m, st: st, scale: cfg.ScaleFor(), summ: make([][]float32, cfg.B*cfg.HKV),
+	r := &rule{m: m, st: st, scale: cfg.ScaleFor(), summ: make([][]uint16, cfg.B*cfg.HKV),
 		indexed: make([]int, cfg.B*cfg.HKV), settled: make([]int, cfg.B*cfg.HKV)}
 	return &Decoder{Decoder: decstore.New(st, r), r: r}, nil
 }
@@ -83,7 +87,7 @@ func (r *rule) Reset() {
 func (r *rule) Bytes() int {
 	n := 0
 	for _, s := range r.summ {
-		n += 4 * cap(s)
+		n += 2 * cap(s)
 	}
 	return n
 }
@@ -105,15 +109,21 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 			key = r.unrotate(sc, key)
 		}
 		if p%page == 0 {
-			summ = append(summ, key...)
-			summ = append(summ, key...)
+			for _, x := range key {
+				summ = append(summ, half.F32ToBF16Up(x))
+			}
+			for _, x := range key {
+				summ = append(summ, half.F32ToBF16Down(x))
+			}
 			continue
 		}
 		row := summ[p/page*2*dd:][:2*dd]
 		hi, lo := row[:dd], row[dd:]
 		for c, x := range key {
-			hi[c] = max(hi[c], x)
-			lo[c] = min(lo[c], x)
+			// The bounds are bfloat16 values already: the bound of the
+			// maximum is the maximum rounded up.
+			hi[c] = half.F32ToBF16Up(max(half.BF16ToF32(hi[c]), x))
+			lo[c] = half.F32ToBF16Down(min(half.BF16ToF32(lo[c]), x))
 		}
 	}
 	r.summ[i] = summ
@@ -194,7 +204,7 @@ func (r *rule) scores(sc *scratch, b, kvh, jlo, nc int) {
 	}
 	sc.score = grow(sc.score, g*nc)
 	summ := r.summ[b*cfg.HKV+kvh][jlo*2*dd:]
-	simd.DotRows(sc.score, nc, sc.q2, 2*dd, g, summ, 2*dd, nc, 2*dd)
+	simd.DotRowsBF16PF(sc.score, nc, sc.q2, 2*dd, g, summ, 2*dd, nc, 2*dd, nil)
 	r.pagesScored.Add(int64(nc))
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/internal/decstore/dectest"
+	"github.com/attnkit/attn/internal/half"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -75,13 +76,15 @@ func refChoice(hs *dectest.History, c Config, b, h, p int) (sees func(j int) boo
 		for _, pg := range cands {
 			var s float64
 			for ch := range d {
-				hi, lo := math.Inf(-1), math.Inf(1)
+				hi, lo := float32(math.Inf(-1)), float32(math.Inf(1))
 				for j := pg * c.Page; j < (pg+1)*c.Page; j++ {
-					hi = max(hi, float64(hs.Key(b, kvh, j)[ch]))
-					lo = min(lo, float64(hs.Key(b, kvh, j)[ch]))
+					hi = max(hi, hs.Key(b, kvh, j)[ch])
+					lo = min(lo, hs.Key(b, kvh, j)[ch])
 				}
+				// The decoder's bounds: rounded outward to bfloat16.
+				hi, lo = half.BF16ToF32(half.F32ToBF16Up(hi)), half.BF16ToF32(half.F32ToBF16Down(lo))
 				qc := scale * float64(q[ch])
-				s += max(qc*hi, qc*lo)
+				s += max(qc*float64(hi), qc*float64(lo))
 			}
 			score[x] = append(score[x], s)
 		}
@@ -233,10 +236,10 @@ func TestDecoderExactWithinBudget(t *testing.T) {
 	}
 }
 
-// The summaries are exact bounds as the cache grows: every key of a page
-// lies channel by channel between its page's minimum and maximum, which
-// are attained, and a page's score (the decoder's own, in float32) is at
-// least the largest logit of the page's keys.
+// The summaries are exact bounds as the cache grows: a page's maximum and
+// minimum are its keys' channel by channel, rounded outward to bfloat16
+// (so every key lies between them), and a page's score (the decoder's
+// own, in float32) is at least the largest logit of the page's keys.
 func TestSummariesBound(t *testing.T) {
 	rng := dectest.FreshRNG(t, 3)
 	cfg := attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 21}
@@ -287,8 +290,9 @@ func TestSummariesBound(t *testing.T) {
 							x := hs.Key(b, kvh, j)[c]
 							mx, mn = max(mx, x), min(mn, x)
 						}
-						if hi[c] != mx || lo[c] != mn {
-							t.Fatalf("sequence %d head %d page %d channel %d: summary [%v, %v], keys span [%v, %v]", b, kvh, pg, c, lo[c], hi[c], mn, mx)
+						if hi[c] != half.F32ToBF16Up(mx) || lo[c] != half.F32ToBF16Down(mn) {
+							t.Fatalf("sequence %d head %d page %d channel %d: summary [%v, %v], keys span [%v, %v]", b, kvh, pg, c,
+								half.BF16ToF32(lo[c]), half.BF16ToF32(hi[c]), mn, mx)
 						}
 					}
 				}

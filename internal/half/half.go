@@ -90,3 +90,26 @@ func F32ToBF16(x float32) uint16 {
 	}
 	return uint16(roundBits(b>>16, b&0xffff, 16))
 }
+
+// F32ToBF16Up narrows x to the least bfloat16 not below it (toward +Inf;
+// a finite x past the largest bfloat16 becomes +Inf), and F32ToBF16Down
+// to the greatest not above it: bounds that stay bounds at half the
+// bytes. NaN stays a quiet NaN.
+func F32ToBF16Up(x float32) uint16 { return bf16Directed(x, true) }
+
+// F32ToBF16Down: see F32ToBF16Up.
+func F32ToBF16Down(x float32) uint16 { return bf16Directed(x, false) }
+
+func bf16Directed(x float32, up bool) uint16 {
+	b := math.Float32bits(x)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40 // quiet NaN
+	}
+	t := uint16(b >> 16) // toward zero
+	if b&0xffff != 0 && up == (b>>31 == 0) {
+		// Inexact, and the direction is away from zero: one step up in
+		// magnitude (from the largest finite value, to Inf).
+		t++
+	}
+	return t
+}

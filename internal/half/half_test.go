@@ -2,6 +2,7 @@ package half
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -122,5 +123,41 @@ func TestBF16(t *testing.T) {
 	}
 	if !math.IsNaN(float64(BF16ToF32(F32ToBF16(float32(math.NaN()))))) {
 		t.Error("NaN lost")
+	}
+}
+
+// TestBF16Directed checks the directed roundings against the float64
+// neighbours: Up is the least bfloat16 not below x, Down the greatest not
+// above, both x itself where x is a bfloat16, over random bit patterns
+// and the edges (zeros, subnormals, the largest finite values, Inf,
+// NaN).
+func TestBF16Directed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	xs := []float32{0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32,
+		math.MaxFloat32, -math.MaxFloat32, float32(math.Inf(1)), float32(math.Inf(-1)), 1, -1, 1.00001, -1.00001}
+	for range 100000 {
+		xs = append(xs, math.Float32frombits(rng.Uint32()))
+	}
+	for _, x := range xs {
+		up, down := F32ToBF16Up(x), F32ToBF16Down(x)
+		fu, fd := BF16ToF32(up), BF16ToF32(down)
+		if x != x {
+			if fu == fu || fd == fd {
+				t.Fatalf("%v: up %v down %v, want NaN", x, fu, fd)
+			}
+			continue
+		}
+		if fu < x || fd > x {
+			t.Fatalf("%v (%#x): up %v down %v do not bound it", x, math.Float32bits(x), fu, fd)
+		}
+		if fu == x != (fd == x) {
+			t.Fatalf("%v: exact one way only: up %v down %v", x, fu, fd)
+		}
+		if fu != x {
+			// Adjacent: no bfloat16 strictly between them.
+			if next := BF16ToF32(F32ToBF16Up(math.Nextafter32(fd, float32(math.Inf(1))))); next != fu {
+				t.Fatalf("%v: up %v down %v are not neighbours (%v between)", x, fu, fd, next)
+			}
+		}
 	}
 }
