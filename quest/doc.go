@@ -18,15 +18,18 @@
 // The keys of each sequence and key/value head are cut into pages of
 // Page consecutive positions (default 16, the paper's). Each page keeps
 // the channel-wise maximum and minimum of its keys, updated as keys are
-// appended, so that for any query q
+// appended and stored as bfloat16 rounded outward (the maximum up, the
+// minimum down, so that they still bound the keys), so that for any
+// query q
 //
 //	max over the page's keys k of q·k  <=  Σ_c max(q_c·max_c, q_c·min_c)
 //
 // which is the page's score. It is computed as one dot product of
 // length 2·D: [q⁺, q⁻]·[max, min], with q⁺ and q⁻ the positive and
 // negative parts of the scaled query, so that scoring every page of the
-// cache reads 2·D floats per page (an eighth of the keys at Page = 16)
-// with the kernel of the exact decode step.
+// cache reads 2·D bfloat16 values per page (a sixteenth of float32 keys
+// at Page = 16) with the widening kernel of bf16 decode, whose products
+// are exact: the bound holds up to the float32 rounding of the sum.
 //
 // # The decode rule
 //
