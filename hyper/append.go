@@ -36,7 +36,8 @@ func (d *Decoder) Append(ctx context.Context, k, v []float32, n int, valid []int
 		return err
 	}
 	if d.rot != nil {
-		k, v = d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+		d.rk, d.rv = d.rot.Copy(d.rk, k), d.rot.Copy(d.rv, v)
+		k, v = d.rk, d.rv
 	}
 	dd := cfg.D
 	sc := d.getScratch()

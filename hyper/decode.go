@@ -193,7 +193,8 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 		}
 	}
 	if d.rot != nil {
-		q, k, v = d.rotate(&d.rq, q), d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+		d.rq, d.rk, d.rv = d.rot.Copy(d.rq, q), d.rot.Copy(d.rk, k), d.rot.Copy(d.rv, v)
+		q, k, v = d.rq, d.rk, d.rv
 	}
 	procs := cfg.Workers
 	if procs == 0 {
@@ -233,14 +234,6 @@ func (d *Decoder) Step(ctx context.Context, q, k, v []float32, n int, valid []in
 		d.lens[b] += count(b)
 	}
 	return nil
-}
-
-// rotate returns x's rows rotated, in *buf.
-func (d *Decoder) rotate(buf *[]float32, x []float32) []float32 {
-	*buf = grow(*buf, len(x))
-	copy(*buf, x)
-	d.rot.Rows(*buf, false)
-	return *buf
 }
 
 // getScratch hands a worker of Step a scratch, reused from earlier steps

@@ -407,10 +407,7 @@ func (c *Cache) rotateKV(k, v []float32) ([]float32, []float32) {
 	if c.rot == nil {
 		return k, v
 	}
-	c.rk = append(c.rk[:0], k...)
-	c.rv = append(c.rv[:0], v...)
-	c.rot.Rows(c.rk, false)
-	c.rot.Rows(c.rv, false)
+	c.rk, c.rv = c.rot.Copy(c.rk, k), c.rot.Copy(c.rv, v)
 	return c.rk, c.rv
 }
 
@@ -419,8 +416,7 @@ func (c *Cache) rotateQ(q []float32) []float32 {
 	if c.rot == nil {
 		return q
 	}
-	c.rq = append(c.rq[:0], q...)
-	c.rot.Rows(c.rq, false)
+	c.rq = c.rot.Copy(c.rq, q)
 	return c.rq
 }
 

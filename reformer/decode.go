@@ -506,8 +506,7 @@ func (d *BatchDecoder) Step(ctx context.Context, q, k, v []float32, n int, valid
 	}()
 	if c.rot != nil {
 		// The padding rows too (they are not read): one pass over q.
-		d.rq = append(d.rq[:0], q...)
-		c.rot.Rows(d.rq, false)
+		d.rq = c.rot.Copy(d.rq, q)
 		q = d.rq
 	}
 	blocks := (n + causalRows - 1) / causalRows

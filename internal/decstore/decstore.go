@@ -748,7 +748,8 @@ func (d *Decoder[S]) Step(ctx context.Context, q, k, v []float32, n int, valid [
 		}
 	}
 	if d.rot != nil {
-		q, k, v = d.rotate(&d.rq, q), d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+		d.rq, d.rk, d.rv = d.rot.Copy(d.rq, q), d.rot.Copy(d.rk, k), d.rot.Copy(d.rv, v)
+		q, k, v = d.rq, d.rk, d.rv
 	}
 	d.store(k, v, n, counts)
 	if err := d.attend(ctx, q, k, v, n, counts, out, lse); err != nil {
@@ -761,14 +762,6 @@ func (d *Decoder[S]) Step(ctx context.Context, q, k, v []float32, n int, valid [
 	}
 	d.commit(counts)
 	return nil
-}
-
-// rotate returns x's rows rotated, in *buf.
-func (s *Store) rotate(buf *[]float32, x []float32) []float32 {
-	*buf = grow(*buf, len(x))
-	copy(*buf, x)
-	s.rot.Rows(*buf, false)
-	return *buf
 }
 
 // Append implements attn.Appender: the keys and values are stored and
@@ -786,7 +779,8 @@ func (d *Decoder[S]) Append(ctx context.Context, k, v []float32, n int, valid []
 		return err
 	}
 	if d.rot != nil {
-		k, v = d.rotate(&d.rk, k), d.rotate(&d.rv, v)
+		d.rk, d.rv = d.rot.Copy(d.rk, k), d.rot.Copy(d.rv, v)
+		k, v = d.rk, d.rv
 	}
 	d.store(k, v, n, counts)
 	d.commit(counts)

@@ -85,6 +85,15 @@ func (r *Rotation) hadamard(x []float32) {
 	}
 }
 
+// Copy returns the rows of x rotated (R on each row of D values), in
+// dst's memory when it is large enough: a step's queries, keys or values
+// rotated for storage without touching the caller's.
+func (r *Rotation) Copy(dst, x []float32) []float32 {
+	dst = append(dst[:0], x...)
+	r.Rows(dst, false)
+	return dst
+}
+
 // Rows applies (inv false) or inverts R on each row of D values of x.
 func (r *Rotation) Rows(x []float32, inv bool) {
 	for o := 0; o+r.d <= len(x); o += r.d {
