@@ -1,8 +1,6 @@
 package kvcache
 
 import (
-	"math"
-
 	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
 )
@@ -166,23 +164,7 @@ func (c *Cache) closeKeyGroup(bh, gi, lo, hi int) {
 	ng := c.keyGroups(c.cap)
 	scale := c.k4s[(bh*ng+gi)*st:][:st]
 	zero := c.k4z[(bh*ng+gi)*st:][:st]
-	for ch := range d {
-		lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
-		bad := false
-		for r := range m {
-			v := res[r*st+ch]
-			if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
-				bad = true
-			}
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		s, z := lowbit.Params(lo, hi, bad)
-		scale[ch], zero[ch] = s, z
-		inv := lowbit.Inv(s)
-		for r := range m {
-			lowbit.SetCode(codes[r*pw:][:pw], ch, lowbit.Code(res[r*st+ch], z, inv), pw)
-		}
-	}
+	lowbit.QuantColumns(codes, pw, pw, scale, zero, res, st, m, d)
 }
 
 // readRowI4 writes the stored key (values false) or value row of row

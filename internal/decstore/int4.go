@@ -57,33 +57,12 @@ func (h *Head) Settle() {
 	}
 	d, g := h.d, h.kg
 	l := h.layout()
-	lo, hi := make([]float32, d), make([]float32, d)
-	bad := make([]bool, d)
 	done := 0
 	for ; (done+g)*d <= len(h.kres); done += g {
-		keys := h.kres[done*d:][:g*d]
-		for c := range d {
-			lo[c], hi[c], bad[c] = float32(math.Inf(1)), float32(math.Inf(-1)), false
-		}
-		for r := range g {
-			for c, x := range keys[r*d:][:d] {
-				if !(x >= -math.MaxFloat32 && x <= math.MaxFloat32) {
-					bad[c] = true
-				}
-				lo[c], hi[c] = min(lo[c], x), max(hi[c], x)
-			}
-		}
+		p0 := h.Settled() // the group's first position
 		at := len(h.kp)
 		h.kp = append(h.kp, make([]float32, 2*d)...)
-		scale, zero := h.kp[at:][:d], h.kp[at+d:][:d]
-		p0 := h.Settled() - g // the group's first position
-		for c := range d {
-			scale[c], zero[c] = lowbit.Params(lo[c], hi[c], bad[c])
-			inv := lowbit.Inv(scale[c])
-			for r := range g {
-				lowbit.SetCode(h.KV4[(p0+r)*l.size:][:l.pw], c, lowbit.Code(keys[r*d+c], zero[c], inv), l.pw)
-			}
-		}
+		lowbit.QuantColumns(h.KV4[p0*l.size:], l.size, l.pw, h.kp[at:][:d], h.kp[at+d:][:d], h.kres[done*d:], d, g, d)
 	}
 	if done > 0 {
 		h.kres = h.kres[:copy(h.kres, h.kres[done*d:])]

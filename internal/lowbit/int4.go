@@ -137,3 +137,28 @@ func Halves(pw, c0, c1 int, f func(hi bool, b, p0, p1 int)) {
 		f(true, p0-pw, p0, c1)
 	}
 }
+
+// QuantColumns quantises rows x (row stride ldx, d values a row) per
+// channel: channel c of all the rows shares scale[c] and zero[c] (from
+// its range over the rows, see Params), and row r's codes go into the
+// packed row codes[r*ldc:][:pw], whose nibbles of channels below d must
+// be 0.
+func QuantColumns(codes []uint8, ldc, pw int, scale, zero []float32, x []float32, ldx, rows, d int) {
+	for c := range d {
+		lo, hi := float32(math.Inf(1)), float32(math.Inf(-1))
+		bad := false
+		for r := range rows {
+			v := x[r*ldx+c]
+			if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
+				bad = true
+			}
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		s, z := Params(lo, hi, bad)
+		scale[c], zero[c] = s, z
+		inv := Inv(s)
+		for r := range rows {
+			SetCode(codes[r*ldc:][:pw], c, Code(x[r*ldx+c], z, inv), pw)
+		}
+	}
+}
