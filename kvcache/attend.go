@@ -502,12 +502,9 @@ func (c *Cache) checkRows() bool {
 //
 // A bfloat16 block is touched whole all the same, with the prefetch
 // kept: where the CPU has bfloat16 arithmetic (simd.NativeBF16) its
-// kernels run ahead of the prefetch. Measured on a Zen 4-class EPYC
-// (kvcache's BenchmarkAttend, Hkv = 8, three alternated runs, medians):
-// the bf16 step at 16k positions 2.23 ms against 2.54 with only the
-// first block touched, at 64k 9.55 against 10.35 (f32 steps in the same
-// runs 3.90–3.99 and 15.2–15.4); dropping the prefetch made it slower
-// (12.9 ms at 64k).
+// kernels run ahead of the prefetch, and touching every block made the
+// step faster, dropping the prefetch slower (results/2026-12-06, "After
+// the int4 rows kept their key norms", with the command).
 //
 // An int8 block is touched as a 16-bit one is. For groups of 3 or more
 // query heads its kernels prefetch all of the next block as they compute
