@@ -183,6 +183,14 @@ func TestBackwardMatchesReference(t *testing.T) {
 			for _, s := range shapes {
 				for _, causal := range []bool{false, true} {
 					o := attn.Options{Causal: causal, KVLen: randomKVLen(rng, s.B, s.M)}
+					if !causal && a.Fallback(s, o) != "" {
+						// Padding that shrinks a non-causal call below
+						// Min is dropped (the draw still made, so the
+						// inputs stay those of the seed): three calls
+						// of each configuration must approximate
+						// whatever the draws.
+						o.KVLen = nil
+					}
 					if rng.IntN(2) == 0 {
 						o.Scale = 0.3
 					}
