@@ -11,6 +11,7 @@ import (
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/decstore"
+	"github.com/attnkit/attn/internal/hugepage"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -38,6 +39,7 @@ type rule struct {
 	table     *probTable
 	tableOnce sync.Once
 	heads     []tables // [B][Hkv]
+	listsOnce sync.Once
 
 	// Rows the steps have read (the exact part and the samples), for the
 	// tests that check a step reads a fraction of the cache.
@@ -46,8 +48,55 @@ type rule struct {
 
 // tables is the index of one sequence and key/value head.
 type tables struct {
-	lists   [][]int32 // [L][2^K]: positions, increasing
+	// lists [L][2^K] holds positions, increasing. Each list is a piece
+	// of arena: a step walks 150 of them at random, and the lists of one
+	// allocation on huge pages cost far fewer misses of the TLB than
+	// lists allocated one by one.
+	lists   [][]int32
+	arena   []int32 // its length is carved into lists
 	indexed int
+}
+
+// Sizes of the arena: a list's first capacity, and an arena's least.
+const (
+	minList  = 4
+	minArena = 1 << 16
+)
+
+// reserve gives list j room for need positions, doubling its capacity
+// where it grows.
+func (t *tables) reserve(j, need int) {
+	if need <= cap(t.lists[j]) {
+		return
+	}
+	c := max(need, 2*cap(t.lists[j]), minList)
+	if len(t.arena)+c > cap(t.arena) {
+		t.compact(c)
+	}
+	nl := t.arena[len(t.arena):][:len(t.lists[j]):c]
+	copy(nl, t.lists[j])
+	t.lists[j] = nl
+	t.arena = t.arena[:len(t.arena)+c]
+}
+
+// compact moves every list into a new arena with room for twice their
+// capacities and extra more positions: the pieces lists left behind as
+// they grew are dropped, and the copies are amortised as a slice's
+// growth is.
+func (t *tables) compact(extra int) {
+	live := extra
+	for _, l := range t.lists {
+		live += cap(l)
+	}
+	na := make([]int32, 0, max(2*live, minArena))
+	hugepage.Advise(na[:cap(na)])
+	for j, l := range t.lists {
+		nl := na[len(na):][:len(l):cap(l)]
+		copy(nl, l)
+		t.lists[j] = nl
+		na = na[:len(na)+cap(l)]
+	}
+	t.arena = na
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
@@ -92,7 +141,8 @@ type scratch struct {
 	esum  []float32     // [g] their exponentials' sum
 	line  []float32     // one head's sampled logits, less log P(sampled)
 	sacc  []float32     // [D] their product with the values
-	pos   []int32       // the samples' positions
+	pos   []int32       // the samples' positions, head by head
+	off   []int         // [g+1] where each head's are in pos
 	rows  decstore.Head // a batch of samples' rows, key and value
 	row   []float32     // [indexRows][D] keys being hashed, or a row widened from 16 bits
 	w     []float32     // their weights
@@ -125,10 +175,7 @@ func (r *rule) Reset() {
 func (r *rule) Bytes() int {
 	n := 4 * len(r.planes)
 	for _, t := range r.heads {
-		n += 24 * cap(t.lists)
-		for _, l := range t.lists {
-			n += 4 * cap(l)
-		}
+		n += 24*cap(t.lists) + 4*cap(t.arena)
 	}
 	return n
 }
@@ -149,9 +196,16 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 	cfg := r.st.Config()
 	bits, nt := r.m.bits, r.m.tables
 	t := &r.heads[b*cfg.HKV+kvh]
-	if t.lists == nil {
-		t.lists = make([][]int32, nt<<bits)
-	}
+	r.listsOnce.Do(func() {
+		// One allocation for every head's lists, on huge pages: a step
+		// reads a list at random from each table.
+		per := nt << bits
+		all := make([][]int32, len(r.heads)*per)
+		hugepage.Advise(all)
+		for i := range r.heads {
+			r.heads[i].lists = all[i*per : (i+1)*per : (i+1)*per]
+		}
+	})
 	hd := r.st.Head(b, kvh)
 	sc.row = grow(sc.row, indexRows*cfg.D)
 	for p0 := t.indexed; p0 < n; p0 += indexBlock {
@@ -183,16 +237,15 @@ func (r *rule) Index(sc *scratch, b, kvh, n int) {
 				}
 			}
 			for j, c := range sc.count {
-				if need := len(t.lists[j]) + int(c); c > 0 && need > cap(t.lists[j]) {
-					nl := make([]int32, len(t.lists[j]), max(need, 2*cap(t.lists[j])))
-					copy(nl, t.lists[j])
-					t.lists[j] = nl
+				if c > 0 {
+					t.reserve(j, len(t.lists[j])+int(c))
 				}
 			}
 		}
 		for i := range rows {
 			for l, c := range bk[i*nt : (i+1)*nt] {
 				j := l<<bits | int(c)
+				t.reserve(j, len(t.lists[j])+1)
 				t.lists[j] = append(t.lists[j], int32(p0+i))
 			}
 		}
@@ -288,14 +341,19 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 		hd.AddValues(sc.exact[off:], ne, g, s[0], n, sc.acc, sc.row, 0, 0)
 		off += n
 	}
-	// The samples, head by head, and the merge.
+	// The samples: every head's positions first, then their rows, so
+	// that each batch of rows can be requested while the one before it
+	// is computed on; then each head's merge.
+	if w0 > s0 {
+		r.collide(sc, b, kvh, g, s0, w0)
+	}
 	rows := ne
 	sc.sacc = grow(sc.sacc, dd)
 	for h := range g {
 		ns, smax, ssum := 0, float32(math.Inf(-1)), float32(0)
 		clear(sc.sacc)
 		if w0 > s0 {
-			ns, smax, ssum = r.sample(sc, b, kvh, h, s0, w0)
+			ns, smax, ssum = r.sample(sc, b, kvh, h)
 		}
 		rows += ns
 		m := max(sc.emax[h], smax)
@@ -330,61 +388,92 @@ func (r *rule) queryCodes(sc *scratch, g int) {
 	}
 }
 
-// sampleBatch is the number of samples whose rows sample copies into one
-// block (256 KB at D = 128) before their products.
-const sampleBatch = 256
+// sampleBytes is the size of the rows of samples that sample copies into
+// one block before their products (at least minBatch rows): a batch's
+// rows are requested while the batch before it is computed on. More
+// requests at once made the step slower, not faster: the processor
+// holds only so many misses in flight.
+const (
+	sampleBytes = 24 << 10
+	minBatch    = 16
+)
 
-// sample finds the positions in [s0, w0) that share head h's bucket in
-// at least Threshold tables, in increasing order, into sc.pos, their
+// batchRows returns the samples of a batch for rows of hd.
+func batchRows(hd *decstore.Head) int {
+	return max(minBatch, sampleBytes/hd.RowBytes())
+}
+
+// collide finds, for each of the group's g heads h, the positions in
+// [s0, w0) that share its bucket in at least Threshold tables, in
+// increasing order: sc.pos[sc.off[h]:sc.off[h+1]]. It requests the rows
+// of the first batch of samples. queryCodes must have run.
+func (r *rule) collide(sc *scratch, b, kvh, g, s0, w0 int) {
+	cfg := r.st.Config()
+	bits, nt, th := r.m.bits, r.m.tables, r.m.threshold
+	t := &r.heads[b*cfg.HKV+kvh]
+	sc.pos = sc.pos[:0]
+	sc.off = append(sc.off[:0], 0)
+	for h := range g {
+		// The query's lists first, then their first entries, each a
+		// load independent of the others: the processor overlaps their
+		// misses, where the walk below would wait for them one table at
+		// a time.
+		sc.lists = sc.lists[:0]
+		var touch int32
+		for l := range nt {
+			sc.lists = append(sc.lists, t.lists[l<<bits|int(sc.codes[h*nt+l])])
+		}
+		for _, list := range sc.lists {
+			if len(list) > 0 {
+				touch += list[0]
+			}
+		}
+		sc.touch += touch
+		start := len(sc.pos)
+		if th <= 2 {
+			sc.collideBits(s0, w0, th)
+		} else {
+			sc.collideCounts(s0, w0, th)
+			slices.Sort(sc.pos[start:])
+		}
+		sc.off = append(sc.off, len(sc.pos))
+	}
+	hd := r.st.Head(b, kvh)
+	hd.Prefetch(sc.pos[:min(len(sc.pos), batchRows(hd))])
+}
+
+// sample computes head h's samples (collide must have run): their
 // logits less the log of their sampling probability into sc.line, and
 // returns their number ns and the softmax of those logits over the
 // samples, unnormalised: the largest logit smax, the sum ssum of the
 // exponentials relative to it, and their product with the values in
-// sc.sacc (which must be zero). queryCodes must have run.
-func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum float32) {
-	cfg := r.st.Config()
-	dd, bits, nt, th := cfg.D, r.m.bits, r.m.tables, r.m.threshold
-	t := &r.heads[b*cfg.HKV+kvh]
+// sc.sacc (which must be zero).
+func (r *rule) sample(sc *scratch, b, kvh, h int) (ns int, smax, ssum float32) {
+	dd := r.st.Config().D
 	r.tableOnce.Do(func() { r.table = r.probTableFor() })
-	sc.pos = sc.pos[:0]
-	// The query's lists first, then their first entries, each a load
-	// independent of the others: the processor overlaps their misses,
-	// where the walk below would wait for them one table at a time.
-	sc.lists = sc.lists[:0]
-	var touch int32
-	for l := range nt {
-		sc.lists = append(sc.lists, t.lists[l<<bits|int(sc.codes[h*nt+l])])
-	}
-	for _, list := range sc.lists {
-		if len(list) > 0 {
-			touch += list[0]
-		}
-	}
-	sc.touch = touch
-	if th <= 2 {
-		sc.collideBits(s0, w0, th)
-	} else {
-		sc.collideCounts(s0, w0, th)
-		slices.Sort(sc.pos)
-	}
-	ns = len(sc.pos)
+	pos := sc.pos[sc.off[h]:sc.off[h+1]]
+	ns = len(pos)
 	sc.line = grow(sc.line, ns)
 	hd := r.st.Head(b, kvh)
 	q := sc.q[h*dd : (h+1)*dd]
 	qn := float64(sc.qn[h])
 	acc := sc.sacc
 	smax = float32(math.Inf(-1))
-	// The samples a batch at a time: their rows (key and value, stored
-	// together) are first copied into one block, the copies overlapping
-	// their misses where a product per row would wait for each; then one
-	// product gives the batch's logits and one more its share of the
-	// values, merged into the others' by an online softmax.
-	sc.w = grow(sc.w, min(ns, sampleBatch))
+	// The samples a batch at a time: the next batch's rows (which may
+	// be the next head's) are requested, then this batch's rows (key
+	// and value, stored together) copied into one block, which they
+	// mostly are already, then one product gives the batch's logits and
+	// one more its share of the values, merged into the others' by an
+	// online softmax.
+	batch := batchRows(hd)
+	sc.w = grow(sc.w, min(ns, batch))
 	sc.row = grow(sc.row, dd)
 	rows := &sc.rows
-	for b0 := 0; b0 < ns; b0 += sampleBatch {
-		nb := min(sampleBatch, ns-b0)
-		sc.sink += hd.Gather(rows, sc.pos[b0:b0+nb])
+	for b0 := 0; b0 < ns; b0 += batch {
+		nb := min(batch, ns-b0)
+		next := sc.pos[sc.off[h]+b0+nb:]
+		hd.Prefetch(next[:min(len(next), batch)])
+		sc.sink += hd.Gather(rows, pos[b0:b0+nb])
 		line := sc.line[b0 : b0+nb]
 		rows.DotKeys(line, nb, q, dd, 1, 0, nb, 0, 0)
 		bmax := float32(math.Inf(-1))
@@ -411,6 +500,10 @@ func (r *rule) sample(sc *scratch, b, kvh, h, s0, w0 int) (ns int, smax, ssum fl
 	return ns, smax, ssum
 }
 
+// collideAhead is how many lists ahead collideBits requests a list's
+// lines.
+const collideAhead = 4
+
 // collideBits appends to sc.pos, in increasing order, the positions in
 // [s0, w0) that appear in th (1 or 2) of the lists sc.lists: the walk
 // marks positions in two bitmaps, a bit a position, which stay in a
@@ -422,7 +515,13 @@ func (sc *scratch) collideBits(s0, w0, th int) {
 		sc.once, sc.twice = make([]uint64, words), make([]uint64, words)
 	}
 	once, twice := sc.once[:words], sc.twice[:words]
-	for _, list := range sc.lists {
+	for i, list := range sc.lists {
+		if i+collideAhead < len(sc.lists) {
+			// A list is a few lines, too few for the processor's own
+			// prefetcher to follow: the rest of a list some tables
+			// ahead is requested while this one is walked.
+			simd.Prefetch(sc.lists[i+collideAhead])
+		}
 		start := 0
 		for start < len(list) && int(list[start]) < s0 { // the sinks, few
 			start++

@@ -299,9 +299,10 @@ func estimate(dec *Decoder, b, h, p int, q []float32, shift float64) (num []floa
 	s0, w0 := r.m.split(p)
 	r.queryCodes(sc, g)
 	sc.sacc = make([]float32, dd)
-	ns, _, _ := r.sample(sc, b, kvh, h%g, s0, w0)
+	r.collide(sc, b, kvh, g, s0, w0)
+	ns, _, _ := r.sample(sc, b, kvh, h%g)
 	num = make([]float64, dd)
-	for i, x := range sc.pos[:ns] {
+	for i, x := range sc.pos[sc.off[h%g]:][:ns] {
 		w := math.Exp(float64(sc.line[i]) - shift)
 		den += w
 		for c, y := range r.st.Head(b, kvh).V(make([]float32, cfg.D), int(x)) {

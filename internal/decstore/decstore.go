@@ -225,6 +225,32 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 	return dst[:n*h.d], h.d
 }
 
+// Prefetch asks the processor to bring the rows (key and value) of
+// positions pos into its caches without waiting for them (see
+// simd.Prefetch), so that a rule can request the next batch of scattered
+// rows while it computes on the current one and Gather then finds them
+// in cache. Rows of int4 keys quantised per channel are not requested.
+func (h *Head) Prefetch(pos []int32) {
+	switch {
+	case h.dt == kvcache.F32:
+		prefetchRows(h.KV, pos, 2*h.d)
+	case h.dt == kvcache.I4:
+		if h.kg == 0 {
+			prefetchRows(h.KV4, pos, h.layout().size)
+		}
+	default:
+		prefetchRows(h.KV16, pos, 2*h.d)
+	}
+}
+
+func prefetchRows[T float32 | uint16 | uint8](src []T, pos []int32, st int) {
+	for _, x := range pos {
+		if j := int(x) * st; j >= 0 && j+st <= len(src) {
+			simd.Prefetch(src[j : j+st])
+		}
+	}
+}
+
 // Gather sets dst to the rows (key and value) of positions pos, in that
 // order, in h's element type (a held position stays held: its last
 // place in pos is), reusing dst's memory, and returns a sum of
@@ -552,6 +578,18 @@ func (h *Head) Truncate(n int) {
 	default:
 		h.KV16 = h.KV16[:2*n*h.d]
 	}
+}
+
+// RowBytes returns the bytes a position takes, key and value (for int4
+// keys quantised per channel, without their share of the group's scales).
+func (h *Head) RowBytes() int {
+	switch h.dt {
+	case kvcache.F32:
+		return 8 * h.d
+	case kvcache.I4:
+		return h.layout().size
+	}
+	return 4 * h.d
 }
 
 // Bytes returns the memory of the stored rows.

@@ -183,7 +183,12 @@ func TestHeadKernels(t *testing.T) {
 			row := make([]float32, d)
 			heads := []head{{"stored", hd, func(i int) int { return j0 + i }, j0, m, false},
 				{"held", hd, func(i int) int { return j0 + i }, j0, m, true}}
+			// Prefetch is a hint: positions past the end are skipped.
+			hd.Prefetch(append(pos, int32(n), 1<<30, -1))
 			if kg == 0 {
+				if got := hd.RowBytes() * n; got != 4*len(hd.KV)+2*len(hd.KV16)+len(hd.KV4) {
+					t.Fatalf("%s D=%d: RowBytes·%d = %d, not the rows' bytes", storage, d, n, got)
+				}
 				var gathered, held decstore.Head
 				hd.Gather(&gathered, pos)
 				heads = append(heads, head{"gathered", &gathered, func(i int) int { return int(pos[i]) }, 0, len(pos), false})
