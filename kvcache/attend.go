@@ -193,8 +193,27 @@ func (c *Cache) visible(p, j int) bool {
 	return c.cfg.Window == 0 || j < c.cfg.Sinks || j > p-c.cfg.Window
 }
 
-// decodeBlock is the number of cached rows a decode worker scores at once.
-const decodeBlock = 64
+// decodeBlock is the number of cached rows a decode worker scores at once,
+// and i4Block that for an int4 cache streamed by groups of up to
+// streamGroup query heads: its kernels do more per call besides the
+// block's arithmetic (the queries rounded again for each key group, the
+// zeros' sums, a GemmU4BF16 call per half and channel group), and
+// blocks of 256 rows made the int4 step about a fifth faster where
+// those of 16-bit and int8 caches measured no faster or slower
+// (results/2026-12-07).
+const (
+	decodeBlock = 64
+	i4Block     = 256
+)
+
+// decodeRows returns the rows of a decode block for groups of g query
+// heads.
+func (c *Cache) decodeRows(g int) int {
+	if c.cfg.DType == I4 && g <= streamGroup {
+		return i4Block
+	}
+	return decodeBlock
+}
 
 // streamGroup is the largest group of query heads per key/value head for
 // which the decode step streams the cache: its kernels read 16-bit and
@@ -220,7 +239,8 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	// that merging partial results costs nothing next to the reads. They
 	// depend on the held length only, never on the worker count, so
 	// that the rounding of the merge, and the output, do not either.
-	spanLen := min(16*decodeBlock, max(decodeBlock, (held/16+decodeBlock-1)/decodeBlock*decodeBlock))
+	blk := c.decodeRows(g)
+	spanLen := min(16*blk, max(blk, (held/16+blk-1)/blk*blk))
 	spans := (held + spanLen - 1) / spanLen
 	items := s.B * s.HKV * spans
 
@@ -238,7 +258,7 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	}()
 	err := parallel.For(ctx, workers, items,
 		func() *decodeScratch {
-			sc := getDecodeScratch(g, c.stride)
+			sc := getDecodeScratch(g, c.stride, blk)
 			mu.Lock()
 			used = append(used, sc)
 			mu.Unlock()
@@ -329,8 +349,9 @@ func mergeSpans(o []float32, l *float32, part []float32, lses []float32, spans, 
 type decodeScratch struct {
 	g, stride int
 	q         []float32 // [g][stride] scaled queries, zero past D
-	s         []float32 // [g][decodeBlock] scores, then probabilities
-	vb        []float32 // [decodeBlock][stride] widened values, for g > streamGroup
+	lds       int       // rows of a block (decodeRows), the row stride of s
+	s         []float32 // [g][lds] scores, then probabilities
+	vb        []float32 // [lds][stride] widened values, for g > streamGroup
 	acc       []float32 // [g][stride]
 	m, l      []float32
 	sink      float32 // keeps the touch loads from being optimised away
@@ -403,26 +424,27 @@ func (sc *decodeScratch) finish(d int, out, lse []float32) {
 // and zeroing it, and collecting it later.
 var scratchPool sync.Pool
 
-// getDecodeScratch returns scratch for groups of g query heads and rows
-// of stride elements, from scratchPool if it holds such.
-func getDecodeScratch(g, stride int) *decodeScratch {
-	if sc, ok := scratchPool.Get().(*decodeScratch); ok && sc.g == g && sc.stride == stride {
+// getDecodeScratch returns scratch for groups of g query heads, rows
+// of stride elements and blocks of lds rows, from scratchPool if it
+// holds such.
+func getDecodeScratch(g, stride, lds int) *decodeScratch {
+	if sc, ok := scratchPool.Get().(*decodeScratch); ok && sc.g == g && sc.stride == stride && sc.lds == lds {
 		return sc
 	}
-	return newDecodeScratch(g, stride)
+	return newDecodeScratch(g, stride, lds)
 }
 
-func newDecodeScratch(g, stride int) *decodeScratch {
+func newDecodeScratch(g, stride, lds int) *decodeScratch {
 	sc := &decodeScratch{
-		g: g, stride: stride,
+		g: g, stride: stride, lds: lds,
 		q:   make([]float32, g*stride),
-		s:   make([]float32, g*decodeBlock),
+		s:   make([]float32, g*lds),
 		acc: make([]float32, g*stride),
 		m:   make([]float32, g),
 		l:   make([]float32, g),
 	}
 	if g > streamGroup {
-		sc.vb = make([]float32, decodeBlock*stride)
+		sc.vb = make([]float32, lds*stride)
 		sc.fused = newFusedDecode(g, stride)
 	}
 	return sc
@@ -437,13 +459,14 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 	checkRows := c.checkRows()
 	base := bh * c.cap * st
 	stream := g <= streamGroup
-	for j0 := lo; j0 < hi; j0 += decodeBlock {
-		nb := min(decodeBlock, hi-j0)
+	blk := sc.lds
+	for j0 := lo; j0 < hi; j0 += blk {
+		nb := min(blk, hi-j0)
 		// The kernels prefetch the next block as they compute (see
 		// touch): the keys while they score, the values while they add
 		// them up.
 		next := min(j0+nb, hi)
-		nn := min(decodeBlock, hi-next)
+		nn := min(blk, hi-next)
 		if !stream {
 			nn = 0
 		}
@@ -454,7 +477,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 		// 16-bit and int8 keys are widened in registers as they are read.
 		c.scores(sc, base+j0*st, nb, g, base+next*st, nn)
 		for r := range g {
-			sr := sc.s[r*decodeBlock:][:nb]
+			sr := sc.s[r*blk:][:nb]
 			if checkRows {
 				for j := range nb {
 					if pos := c.position(j0 + j); !c.visible(p, pos) || (!inclusive && pos == p) {
@@ -561,9 +584,9 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	case c.cfg.DType == I4:
 		c.scoresI4(sc, off, nb, g)
 	case c.cfg.DType == F32 && nextN == 0:
-		simd.DotRows(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d)
+		simd.DotRows(sc.s, sc.lds, sc.q, st, g, c.kf[off:][:n], st, nb, d)
 	case c.cfg.DType == F32:
-		simd.DotRowsPF(sc.s, decodeBlock, sc.q, st, g, c.kf[off:][:n], st, nb, d, c.kf[nextOff:][:nextN*st])
+		simd.DotRowsPF(sc.s, sc.lds, sc.q, st, g, c.kf[off:][:n], st, nb, d, c.kf[nextOff:][:nextN*st])
 	case c.cfg.DType == BF16:
 		// In the CPU's bfloat16 arithmetic where it has one: the query
 		// rounded to bfloat16 like the keys, no key widened (see
@@ -572,21 +595,21 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 		if nextN > 0 {
 			pf = c.kh[nextOff:][:nextN*st]
 		}
-		simd.DotRowsBF16Native(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d, pf)
+		simd.DotRowsBF16Native(sc.s, sc.lds, sc.q, st, g, c.kh[off:][:n], st, nb, d, pf)
 	case c.cfg.DType == I8:
 		if nextN == 0 {
-			simd.DotRowsI8(sc.s, decodeBlock, sc.q, st, g, c.kq[off:][:n], st, nb, d)
+			simd.DotRowsI8(sc.s, sc.lds, sc.q, st, g, c.kq[off:][:n], st, nb, d)
 		} else {
-			simd.DotRowsI8PF(sc.s, decodeBlock, sc.q, st, g, c.kq[off:][:n], st, nb, d, c.kq[nextOff:][:nextN*st])
+			simd.DotRowsI8PF(sc.s, sc.lds, sc.q, st, g, c.kq[off:][:n], st, nb, d, c.kq[nextOff:][:nextN*st])
 		}
 		// The scores of the codes, times each row's scale. With the
 		// vector kernel rather than a Go loop the step (Hkv = 8, 16k
 		// and 64k positions) ran 11–15% faster, 8 interleaved runs.
-		simd.ScaleColumns(sc.s, decodeBlock, g, c.ks[off/st:][:nb])
+		simd.ScaleColumns(sc.s, sc.lds, g, c.ks[off/st:][:nb])
 	case nextN == 0:
-		simd.DotRowsF16(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d)
+		simd.DotRowsF16(sc.s, sc.lds, sc.q, st, g, c.kh[off:][:n], st, nb, d)
 	default:
-		simd.DotRowsF16PF(sc.s, decodeBlock, sc.q, st, g, c.kh[off:][:n], st, nb, d, c.kh[nextOff:][:nextN*st])
+		simd.DotRowsF16PF(sc.s, sc.lds, sc.q, st, g, c.kh[off:][:n], st, nb, d, c.kh[nextOff:][:nextN*st])
 	}
 }
 
@@ -599,12 +622,12 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	st := c.stride
 	if c.cfg.DType == F32 && nextN == 0 {
-		simd.Gemm(g, st, nb, sc.s, decodeBlock, c.vf[off:][:nb*st], st, sc.acc, st, true)
+		simd.Gemm(g, st, nb, sc.s, sc.lds, c.vf[off:][:nb*st], st, sc.acc, st, true)
 		return
 	}
 	if sc.vb != nil {
 		c.widenRows(sc.vb, true, off, nb)
-		simd.Gemm(g, st, nb, sc.s, decodeBlock, sc.vb[:nb*st], st, sc.acc, st, true)
+		simd.Gemm(g, st, nb, sc.s, sc.lds, sc.vb[:nb*st], st, sc.acc, st, true)
 		return
 	}
 	w := (c.cfg.D + 7) &^ 7
@@ -612,18 +635,18 @@ func (c *Cache) values(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 	case I4:
 		c.valuesI4(sc, off, nb, g)
 	case F32:
-		simd.GemmPF(g, w, nb, sc.s, decodeBlock, c.vf[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vf[nextOff:][:nextN*st])
+		simd.GemmPF(g, w, nb, sc.s, sc.lds, c.vf[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vf[nextOff:][:nextN*st])
 	case BF16:
 		// The probabilities rounded to bfloat16 where the CPU multiplies
 		// in it, as FlashAttention does on GPUs.
-		simd.GemmBF16Native(g, w, nb, sc.s, decodeBlock, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
+		simd.GemmBF16Native(g, w, nb, sc.s, sc.lds, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
 	case F16:
-		simd.GemmF16(g, w, nb, sc.s, decodeBlock, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
+		simd.GemmF16(g, w, nb, sc.s, sc.lds, c.vh[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vh[nextOff:][:nextN*st])
 	case I8:
 		// Σ_j p_j·(code_j·scale_j) = Σ_j (p_j·scale_j)·code_j: the
 		// probabilities times each row's scale, then the codes.
-		simd.ScaleColumns(sc.s, decodeBlock, g, c.vs[off/st:][:nb])
-		simd.GemmI8(g, w, nb, sc.s, decodeBlock, c.vq[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vq[nextOff:][:nextN*st])
+		simd.ScaleColumns(sc.s, sc.lds, g, c.vs[off/st:][:nb])
+		simd.GemmI8(g, w, nb, sc.s, sc.lds, c.vq[off:][:(nb-1)*st+w], st, sc.acc, st, true, c.vq[nextOff:][:nextN*st])
 	}
 }
 

@@ -213,24 +213,26 @@ func (c *Cache) moveRowI4(dst, src int) {
 
 // i4Scratch is a decode worker's memory for I4 blocks.
 type i4Scratch struct {
-	tmp []float32 // [g][decodeBlock] scores of a row's second half
+	lds int       // the decode scratch's
+	tmp []float32 // [g][lds] scores of a row's second half
 	// zacc is Σ_j p_j·zero_j over a span's value rows, [g][chanGroups],
 	// rescaled with the accumulator and added to it at the span's end.
 	zacc []float32
 	qf   []float32 // [g][stride] queries times a key group's scales
 	z    []float32 // [g] or [g][chanGroups] query sums against zeros; [g] a block's Σ p·zero
-	pt   []float32 // [chanGroups][g][decodeBlock] scaled probabilities or partial scores
+	pt   []float32 // [chanGroups][g][lds] scaled probabilities or partial scores
 }
 
 func (sc *decodeScratch) i4() *i4Scratch {
 	if sc.q4 == nil {
 		ng := lowbit.ChanGroups(sc.stride)
 		sc.q4 = &i4Scratch{
-			tmp:  make([]float32, sc.g*decodeBlock),
+			lds:  sc.lds,
+			tmp:  make([]float32, sc.g*sc.lds),
 			zacc: make([]float32, sc.g*ng),
 			qf:   make([]float32, sc.g*sc.stride),
 			z:    make([]float32, sc.g*ng),
-			pt:   make([]float32, ng*sc.g*decodeBlock),
+			pt:   make([]float32, ng*sc.g*sc.lds),
 		}
 	}
 	return sc.q4
@@ -258,7 +260,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		if s >= rlo && s < wr { // the residual: float32 keys
 			end = min(end, wr-s0)
 			res := c.kres[(bh*i4KeyGroup+s-rlo)*st:][:(end-j-1)*st+d]
-			simd.DotRows(sc.s[j:], decodeBlock, sc.q, st, g, res, st, end-j, d)
+			simd.DotRows(sc.s[j:], x.lds, sc.q, st, g, res, st, end-j, d)
 			j = end
 			continue
 		}
@@ -266,7 +268,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		scale := c.k4s[(bh*nk+gi)*st:][:d]
 		zero := c.k4z[(bh*nk+gi)*st:][:d]
 		if native {
-			simd.DotRowsU4Q8(sc.s[j:], decodeBlock, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
+			simd.DotRowsU4Q8(sc.s[j:], x.lds, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
 			j = end
 			continue
 		}
@@ -279,7 +281,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		for r := range g {
 			z := x.z[r]
 			for i := range m {
-				sc.s[r*decodeBlock+j+i] += z
+				sc.s[r*x.lds+j+i] += z
 			}
 		}
 		j = end
@@ -294,7 +296,7 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 	ng := lowbit.ChanGroups(d)
 	for cg := range ng {
 		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
-		c.dotCodes(x.pt[cg*g*decodeBlock:], x, sc.q, g, c.k4[row0*pw:], nb, c0, c1)
+		c.dotCodes(x.pt[cg*g*x.lds:], x, sc.q, g, c.k4[row0*pw:], nb, c0, c1)
 		for r := range g {
 			var sum float32
 			for _, v := range sc.q[r*st+c0 : r*st+c1] {
@@ -305,10 +307,10 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 	}
 	scale, zero := c.k4s[row0*ng:][:nb*ng], c.k4z[row0*ng:][:nb*ng]
 	for r := range g {
-		sr := sc.s[r*decodeBlock:][:nb]
+		sr := sc.s[r*x.lds:][:nb]
 		clear(sr)
 		for cg := range ng {
-			pt := x.pt[(cg*g+r)*decodeBlock:][:nb]
+			pt := x.pt[(cg*g+r)*x.lds:][:nb]
 			qz := x.z[r*ng+cg]
 			for j := range sr {
 				sr[j] += scale[j*ng+cg]*pt[j] + zero[j*ng+cg]*qz
@@ -327,7 +329,7 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	x := sc.i4()
 	v := c.v4[row0*pw:][:nb*pw]
 	native := c.nativeI4()
-	pt := x.pt[:g*decodeBlock]
+	pt := x.pt[:g*x.lds]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
@@ -335,21 +337,21 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
 		// Σ_j p_j·zero_j for the g rows in one call: zg as the one key of
 		// DotRows.
-		simd.DotRows(x.z, 1, sc.s, decodeBlock, g, zg, nb, 1, nb)
+		simd.DotRows(x.z, 1, sc.s, x.lds, g, zg, nb, 1, nb)
 		for r := range g {
 			x.zacc[r*ng+cg] += x.z[r]
 		}
 		if !native {
-			copy(pt[:(g-1)*decodeBlock+nb], sc.s)
-			simd.ScaleColumns(pt, decodeBlock, g, sg)
+			copy(pt[:(g-1)*x.lds+nb], sc.s)
+			simd.ScaleColumns(pt, x.lds, g, sg)
 		}
 		// The group's columns of each half of the packed rows.
 		lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 			vb := v[b:][:(nb-1)*pw+p1-p0]
 			if native {
-				simd.GemmU4BF16(g, p1-p0, nb, sc.s, decodeBlock, sg, vb, pw, sc.acc[p0:], st, hi)
+				simd.GemmU4BF16(g, p1-p0, nb, sc.s, x.lds, sg, vb, pw, sc.acc[p0:], st, hi)
 			} else {
-				simd.GemmU4(g, p1-p0, nb, pt, decodeBlock, vb, pw, sc.acc[p0:], st, true, hi)
+				simd.GemmU4(g, p1-p0, nb, pt, x.lds, vb, pw, sc.acc[p0:], st, true, hi)
 			}
 		})
 	}
@@ -380,7 +382,7 @@ func (x *i4Scratch) addZeros(acc []float32, st, d int) {
 // probabilities stay float32.
 func (c *Cache) nativeI4() bool { return simd.NativeU4() && c.stride <= 512 }
 
-// dotCodes sets s[r*decodeBlock+j], for the g rows of q (stride) and the
+// dotCodes sets s[r*x.lds+j], for the g rows of q (stride) and the
 // n packed rows of k, to the dot product of channels [c0, c1) of q's row
 // with the row's codes, reading the codes in place from both halves.
 func (c *Cache) dotCodes(s []float32, x *i4Scratch, q []float32, g int, k []uint8, n, c0, c1 int) {
@@ -389,13 +391,13 @@ func (c *Cache) dotCodes(s []float32, x *i4Scratch, q []float32, g int, k []uint
 	lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 		kk := k[b:][:(n-1)*pw+p1-p0]
 		if first {
-			simd.DotRowsU4(s, decodeBlock, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+			simd.DotRowsU4(s, x.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
 			first = false
 			return
 		}
-		simd.DotRowsU4(x.tmp, decodeBlock, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+		simd.DotRowsU4(x.tmp, x.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
 		for r := range g {
-			simd.Axpy(1, x.tmp[r*decodeBlock:][:n], s[r*decodeBlock:][:n])
+			simd.Axpy(1, x.tmp[r*x.lds:][:n], s[r*x.lds:][:n])
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -275,6 +276,45 @@ func TestI4Kernels(t *testing.T) {
 			sq := newSeq(rng, 2, tc.h, tc.hkv, total, tc.d)
 			runStored(t, sq, cfg, tc.chunks, 3, storedTol(I4, 2e-5))
 		}
+	}
+}
+
+// TestI4LongSpans decodes from an int4 cache long enough that a span
+// holds several of the streaming path's blocks (i4Block rows), so that
+// the running softmax is carried from block to block, against attention
+// on the stored rows, and for 1 and 3 workers alike.
+func TestI4LongSpans(t *testing.T) {
+	rng := ref.FreshRNG(t, 26)
+	const h, hkv, d, n = 6, 2, 40, 16*i4Block + 301
+	tol := storedTol(I4, 2e-5)
+	sq := newSeq(rng, 1, h, hkv, n+3, d)
+	var outs [2][]float32
+	for i, workers := range []int{1, 3} {
+		c, err := New(Config{B: 1, HKV: hkv, D: d, DType: I4, Rotate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Append(sq.slice(sq.k, hkv, 0, n), sq.slice(sq.v, hkv, 0, n), n); err != nil {
+			t.Fatal(err)
+		}
+		for t0 := n; t0 < n+3; t0++ {
+			wantOut, wantLSE := storedRef(t, c, sq, t0, t0+1, 0, 0)
+			out, lse := make([]float32, h*d), make([]float32, h)
+			if err := c.Step(context.Background(), h, sq.slice(sq.q, h, t0, t0+1), sq.slice(sq.k, hkv, t0, t0+1),
+				sq.slice(sq.v, hkv, t0, t0+1), 1, attn.Options{Workers: workers}, out, lse); err != nil {
+				t.Fatal(err)
+			}
+			if e := ref.RelErr(out, wantOut); e > tol {
+				t.Fatalf("%d workers, position %d: out rel err %.3g against the stored rows", workers, t0, e)
+			}
+			if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
+				t.Fatalf("%d workers, position %d: lse rel err %.3g %v against the stored rows", workers, t0, e, err)
+			}
+			outs[i] = append(outs[i], out...)
+		}
+	}
+	if !slices.Equal(outs[0], outs[1]) {
+		t.Errorf("outputs differ between 1 and 3 workers")
 	}
 }
 

@@ -313,7 +313,7 @@ func (c *Cache) getRangeScratch(g int) *rangeScratch {
 	}
 	gc := &Cache{cfg: Config{B: 1, HKV: 1, D: c.cfg.D, DType: dt}, stride: c.stride}
 	gc.alloc(decodeBlock)
-	return &rangeScratch{dec: newDecodeScratch(g, c.stride), gc: gc}
+	return &rangeScratch{dec: newDecodeScratch(g, c.stride, decodeBlock), gc: gc}
 }
 
 // gatherRows copies the stored rows of head bh listed in rows into the
@@ -374,12 +374,12 @@ func (c *Cache) rangeSpan(sc *rangeScratch, pl *rangePlan, blocks []rangeBlock, 
 			}
 			if !pat.Visible(p, pos) {
 				for r := range g {
-					ds.s[r*decodeBlock+j] = negInf
+					ds.s[r*ds.lds+j] = negInf
 				}
 			}
 		}
 		for r := range g {
-			ds.exp(r, ds.s[r*decodeBlock:][:nb])
+			ds.exp(r, ds.s[r*ds.lds:][:nb])
 		}
 		src.values(ds, off, nb, g, off, 0)
 	}
