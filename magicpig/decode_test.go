@@ -600,3 +600,51 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// The lists keep their positions as they grow, in bulk (a prompt's
+// counts reserved first) and one at a time, through arenas filled and
+// compacted several times.
+func TestArena(t *testing.T) {
+	rng := dectest.FreshRNG(t, 12)
+	const lists = 37
+	tb := &tables{lists: make([][]int32, lists)}
+	want := make([][]int32, lists)
+	x := int32(0)
+	for len(tb.arena) < 4*minArena {
+		n := 1
+		if rng.IntN(4) == 0 {
+			n = 1 + rng.IntN(3000)
+		}
+		js := make([]int, n)
+		counts := make([]int, lists)
+		for i := range js {
+			js[i] = rng.IntN(lists)
+			counts[js[i]]++
+		}
+		if n > 1 {
+			for j, c := range counts {
+				if c > 0 {
+					tb.reserve(j, len(tb.lists[j])+c)
+				}
+			}
+		}
+		for _, j := range js {
+			tb.reserve(j, len(tb.lists[j])+1)
+			tb.lists[j] = append(tb.lists[j], x)
+			want[j] = append(want[j], x)
+			x++
+		}
+	}
+	for j := range want {
+		if !slices.Equal(tb.lists[j], want[j]) {
+			t.Fatalf("list %d: %d positions, want %d, or other ones", j, len(tb.lists[j]), len(want[j]))
+		}
+	}
+	live := 0
+	for _, l := range tb.lists {
+		live += cap(l)
+	}
+	if cap(tb.arena) > 4*live+minArena {
+		t.Errorf("arena of %d for lists of %d", cap(tb.arena), live)
+	}
+}
