@@ -197,10 +197,9 @@ func (c *Cache) visible(p, j int) bool {
 // and i4Block that for an int4 cache streamed by groups of up to
 // streamGroup query heads: its kernels do more per call besides the
 // block's arithmetic (the queries rounded again for each key group, the
-// zeros' sums, a GemmU4BF16 call per half and channel group), and
-// blocks of 256 rows made the int4 step about a fifth faster where
-// those of 16-bit and int8 caches measured no faster or slower
-// (results/2026-12-07).
+// zeros' sums, a GemmU4BF16 call per channel group). Blocks of 256
+// rows made the int4 step faster; for 16-bit caches they were no faster
+// and for int8 ones slower (results/2026-12-07 has the figures).
 const (
 	decodeBlock = 64
 	i4Block     = 256
