@@ -213,8 +213,7 @@ func (c *Cache) moveRowI4(dst, src int) {
 
 // i4Scratch is a decode worker's memory for I4 blocks.
 type i4Scratch struct {
-	lds int       // the decode scratch's
-	tmp []float32 // [g][lds] scores of a row's second half
+	tmp []float32 // [g][lds] scores of a row's second half (lds: the decode scratch's)
 	// zacc is Σ_j p_j·zero_j over a span's value rows, [g][chanGroups],
 	// rescaled with the accumulator and added to it at the span's end.
 	zacc []float32
@@ -227,7 +226,6 @@ func (sc *decodeScratch) i4() *i4Scratch {
 	if sc.q4 == nil {
 		ng := lowbit.ChanGroups(sc.stride)
 		sc.q4 = &i4Scratch{
-			lds:  sc.lds,
 			tmp:  make([]float32, sc.g*sc.lds),
 			zacc: make([]float32, sc.g*ng),
 			qf:   make([]float32, sc.g*sc.stride),
@@ -260,7 +258,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		if s >= rlo && s < wr { // the residual: float32 keys
 			end = min(end, wr-s0)
 			res := c.kres[(bh*i4KeyGroup+s-rlo)*st:][:(end-j-1)*st+d]
-			simd.DotRows(sc.s[j:], x.lds, sc.q, st, g, res, st, end-j, d)
+			simd.DotRows(sc.s[j:], sc.lds, sc.q, st, g, res, st, end-j, d)
 			j = end
 			continue
 		}
@@ -268,7 +266,7 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 		scale := c.k4s[(bh*nk+gi)*st:][:d]
 		zero := c.k4z[(bh*nk+gi)*st:][:d]
 		if native {
-			simd.DotRowsU4Q8(sc.s[j:], x.lds, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
+			simd.DotRowsU4Q8(sc.s[j:], sc.lds, sc.q, st, g, scale, zero, c.k4[(row0+j)*pw:], pw, m, d, pw)
 			j = end
 			continue
 		}
@@ -277,11 +275,11 @@ func (c *Cache) scoresI4(sc *decodeScratch, off, nb, g int) {
 			x.z[r] = simd.Dot(sc.q[r*st:][:d], zero)
 		}
 		simd.ScaleColumns(x.qf, st, g, scale)
-		c.dotCodes(sc.s[j:], x, x.qf, g, c.k4[(row0+j)*pw:], m, 0, d)
+		c.dotCodes(sc, sc.s[j:], x.qf, g, c.k4[(row0+j)*pw:], m, 0, d)
 		for r := range g {
 			z := x.z[r]
 			for i := range m {
-				sc.s[r*x.lds+j+i] += z
+				sc.s[r*sc.lds+j+i] += z
 			}
 		}
 		j = end
@@ -296,7 +294,7 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 	ng := lowbit.ChanGroups(d)
 	for cg := range ng {
 		c0, c1 := cg*i4ChanGroup, min(d, (cg+1)*i4ChanGroup)
-		c.dotCodes(x.pt[cg*g*x.lds:], x, sc.q, g, c.k4[row0*pw:], nb, c0, c1)
+		c.dotCodes(sc, x.pt[cg*g*sc.lds:], sc.q, g, c.k4[row0*pw:], nb, c0, c1)
 		for r := range g {
 			var sum float32
 			for _, v := range sc.q[r*st+c0 : r*st+c1] {
@@ -307,10 +305,10 @@ func (c *Cache) scoresI4Token(sc *decodeScratch, x *i4Scratch, row0, nb, g int) 
 	}
 	scale, zero := c.k4s[row0*ng:][:nb*ng], c.k4z[row0*ng:][:nb*ng]
 	for r := range g {
-		sr := sc.s[r*x.lds:][:nb]
+		sr := sc.s[r*sc.lds:][:nb]
 		clear(sr)
 		for cg := range ng {
-			pt := x.pt[(cg*g+r)*x.lds:][:nb]
+			pt := x.pt[(cg*g+r)*sc.lds:][:nb]
 			qz := x.z[r*ng+cg]
 			for j := range sr {
 				sr[j] += scale[j*ng+cg]*pt[j] + zero[j*ng+cg]*qz
@@ -329,7 +327,7 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	x := sc.i4()
 	v := c.v4[row0*pw:][:nb*pw]
 	native := c.nativeI4()
-	pt := x.pt[:g*x.lds]
+	pt := x.pt[:g*sc.lds]
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
@@ -337,21 +335,21 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
 		// Σ_j p_j·zero_j for the g rows in one call: zg as the one key of
 		// DotRows.
-		simd.DotRows(x.z, 1, sc.s, x.lds, g, zg, nb, 1, nb)
+		simd.DotRows(x.z, 1, sc.s, sc.lds, g, zg, nb, 1, nb)
 		for r := range g {
 			x.zacc[r*ng+cg] += x.z[r]
 		}
 		if !native {
-			copy(pt[:(g-1)*x.lds+nb], sc.s)
-			simd.ScaleColumns(pt, x.lds, g, sg)
+			copy(pt[:(g-1)*sc.lds+nb], sc.s)
+			simd.ScaleColumns(pt, sc.lds, g, sg)
 		}
 		// The group's columns of each half of the packed rows.
 		lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 			vb := v[b:][:(nb-1)*pw+p1-p0]
 			if native {
-				simd.GemmU4BF16(g, p1-p0, nb, sc.s, x.lds, sg, vb, pw, sc.acc[p0:], st, hi)
+				simd.GemmU4BF16(g, p1-p0, nb, sc.s, sc.lds, sg, vb, pw, sc.acc[p0:], st, hi)
 			} else {
-				simd.GemmU4(g, p1-p0, nb, pt, x.lds, vb, pw, sc.acc[p0:], st, true, hi)
+				simd.GemmU4(g, p1-p0, nb, pt, sc.lds, vb, pw, sc.acc[p0:], st, true, hi)
 			}
 		})
 	}
@@ -382,22 +380,22 @@ func (x *i4Scratch) addZeros(acc []float32, st, d int) {
 // probabilities stay float32.
 func (c *Cache) nativeI4() bool { return simd.NativeU4() && c.stride <= 512 }
 
-// dotCodes sets s[r*x.lds+j], for the g rows of q (stride) and the
+// dotCodes sets s[r*sc.lds+j], for the g rows of q (stride) and the
 // n packed rows of k, to the dot product of channels [c0, c1) of q's row
 // with the row's codes, reading the codes in place from both halves.
-func (c *Cache) dotCodes(s []float32, x *i4Scratch, q []float32, g int, k []uint8, n, c0, c1 int) {
-	st, pw := c.stride, c.stride/2
+func (c *Cache) dotCodes(sc *decodeScratch, s []float32, q []float32, g int, k []uint8, n, c0, c1 int) {
+	st, pw, x := c.stride, c.stride/2, sc.i4()
 	first := true
 	lowbit.Halves(pw, c0, c1, func(hi bool, b, p0, p1 int) {
 		kk := k[b:][:(n-1)*pw+p1-p0]
 		if first {
-			simd.DotRowsU4(s, x.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+			simd.DotRowsU4(s, sc.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
 			first = false
 			return
 		}
-		simd.DotRowsU4(x.tmp, x.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
+		simd.DotRowsU4(x.tmp, sc.lds, q[p0:], st, g, kk, pw, n, p1-p0, hi)
 		for r := range g {
-			simd.Axpy(1, x.tmp[r*x.lds:][:n], s[r*x.lds:][:n])
+			simd.Axpy(1, x.tmp[r*sc.lds:][:n], s[r*sc.lds:][:n])
 		}
 	})
 }
