@@ -146,7 +146,7 @@ type scratch struct {
 	rows  decstore.Head // a batch of samples' rows, key and value
 	row   []float32     // [indexRows][D] keys being hashed, or a row widened from 16 bits
 	w     []float32     // their weights
-	lists [][]int32     // the lists of the query's buckets
+	lists [][]int32     // [g][L] the lists of the queries' buckets
 	touch int32         // what reading their first entries gave
 	sink  float32       // what Gather read
 	// seen holds, for each position, the epoch (a count of sample
@@ -297,18 +297,10 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	visible := p + 1
 	s0, w0 := r.m.split(p)
 	if w0 > s0 {
-		// The queries' buckets first, and a request for the first line
-		// of each of their lists, the g·L misses then overlapping the
-		// exact part below rather than holding up the samples' walk.
-		r.queryCodes(sc, g)
-		t := &r.heads[b*cfg.HKV+kvh]
-		bits, nt := r.m.bits, r.m.tables
-		for h := range g {
-			for l := range nt {
-				list := t.lists[l<<bits|int(sc.codes[h*nt+l])]
-				simd.Prefetch(list[:min(len(list), 16)])
-			}
-		}
+		// The queries' lists first, the g·L misses of their first lines
+		// then overlapping the exact part below rather than holding up
+		// the samples' walk.
+		r.queryLists(sc, b, kvh, g)
 	}
 	ranges := [2][2]int{{0, s0}, {w0, visible}}
 	ne := s0 + visible - w0
@@ -372,6 +364,20 @@ func (r *rule) Decode(sc *scratch, b, kvh, p int, q, out, lse []float32) {
 	r.rowsRead.Add(int64(rows))
 }
 
+// queryLists sets sc.lists [g][L] to the lists of the group's queries'
+// buckets, and requests the first line of each.
+func (r *rule) queryLists(sc *scratch, b, kvh, g int) {
+	r.queryCodes(sc, g)
+	t := &r.heads[b*r.st.Config().HKV+kvh]
+	bits, nt := r.m.bits, r.m.tables
+	sc.lists = sc.lists[:0]
+	for i, c := range sc.codes[:g*nt] {
+		list := t.lists[(i%nt)<<bits|int(c)]
+		sc.lists = append(sc.lists, list)
+		simd.Prefetch(list[:min(len(list), 16)])
+	}
+}
+
 // queryCodes hashes the group's scaled queries: sc.codes [g][L], and
 // their norms sc.qn.
 func (r *rule) queryCodes(sc *scratch, g int) {
@@ -406,24 +412,19 @@ func batchRows(hd *decstore.Head) int {
 // collide finds, for each of the group's g heads h, the positions in
 // [s0, w0) that share its bucket in at least Threshold tables, in
 // increasing order: sc.pos[sc.off[h]:sc.off[h+1]]. It requests the rows
-// of the first batch of samples. queryCodes must have run.
+// of the first batch of samples. queryLists must have run.
 func (r *rule) collide(sc *scratch, b, kvh, g, s0, w0 int) {
-	cfg := r.st.Config()
-	bits, nt, th := r.m.bits, r.m.tables, r.m.threshold
-	t := &r.heads[b*cfg.HKV+kvh]
+	nt, th := r.m.tables, r.m.threshold
 	sc.pos = sc.pos[:0]
 	sc.off = append(sc.off[:0], 0)
 	for h := range g {
-		// The query's lists first, then their first entries, each a
-		// load independent of the others: the processor overlaps their
+		// The first entries of the head's lists, each a load
+		// independent of the others: the processor overlaps their
 		// misses, where the walk below would wait for them one table at
 		// a time.
-		sc.lists = sc.lists[:0]
+		lists := sc.lists[h*nt : (h+1)*nt]
 		var touch int32
-		for l := range nt {
-			sc.lists = append(sc.lists, t.lists[l<<bits|int(sc.codes[h*nt+l])])
-		}
-		for _, list := range sc.lists {
+		for _, list := range lists {
 			if len(list) > 0 {
 				touch += list[0]
 			}
@@ -431,9 +432,9 @@ func (r *rule) collide(sc *scratch, b, kvh, g, s0, w0 int) {
 		sc.touch += touch
 		start := len(sc.pos)
 		if th <= 2 {
-			sc.collideBits(s0, w0, th)
+			sc.collideBits(lists, s0, w0, th)
 		} else {
-			sc.collideCounts(s0, w0, th)
+			sc.collideCounts(lists, s0, w0, th)
 			slices.Sort(sc.pos[start:])
 		}
 		sc.off = append(sc.off, len(sc.pos))
@@ -505,22 +506,22 @@ func (r *rule) sample(sc *scratch, b, kvh, h int) (ns int, smax, ssum float32) {
 const collideAhead = 4
 
 // collideBits appends to sc.pos, in increasing order, the positions in
-// [s0, w0) that appear in th (1 or 2) of the lists sc.lists: the walk
+// [s0, w0) that appear in th (1 or 2) of lists: the walk
 // marks positions in two bitmaps, a bit a position, which stay in a
 // core's first cache however long the cache, where counts would not; a
 // scan of the bitmap then lists them in order, with no sort.
-func (sc *scratch) collideBits(s0, w0, th int) {
+func (sc *scratch) collideBits(lists [][]int32, s0, w0, th int) {
 	words := (w0 + 63) / 64
 	if cap(sc.once) < words {
 		sc.once, sc.twice = make([]uint64, words), make([]uint64, words)
 	}
 	once, twice := sc.once[:words], sc.twice[:words]
-	for i, list := range sc.lists {
-		if i+collideAhead < len(sc.lists) {
+	for i, list := range lists {
+		if i+collideAhead < len(lists) {
 			// A list is a few lines, too few for the processor's own
 			// prefetcher to follow: the rest of a list some tables
 			// ahead is requested while this one is walked.
-			simd.Prefetch(sc.lists[i+collideAhead])
+			simd.Prefetch(lists[i+collideAhead])
 		}
 		start := 0
 		for start < len(list) && int(list[start]) < s0 { // the sinks, few
@@ -549,7 +550,7 @@ func (sc *scratch) collideBits(s0, w0, th int) {
 
 // collideCounts is collideBits for any threshold, with a count a
 // position, stamped with the call's epoch so that it is never cleared.
-func (sc *scratch) collideCounts(s0, w0, th int) {
+func (sc *scratch) collideCounts(lists [][]int32, s0, w0, th int) {
 	if len(sc.seen) < w0 {
 		sc.seen = make([]uint32, max(w0, 2*len(sc.seen)))
 		sc.epoch = 0
@@ -560,7 +561,7 @@ func (sc *scratch) collideCounts(s0, w0, th int) {
 		sc.epoch = 1
 	}
 	ep := sc.epoch << hitBits
-	for _, list := range sc.lists {
+	for _, list := range lists {
 		start := 0
 		for start < len(list) && int(list[start]) < s0 {
 			start++

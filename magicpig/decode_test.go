@@ -297,7 +297,7 @@ func estimate(dec *Decoder, b, h, p int, q []float32, shift float64) (num []floa
 		sc.q[(h%g)*dd+i] = x * r.scale
 	}
 	s0, w0 := r.m.split(p)
-	r.queryCodes(sc, g)
+	r.queryLists(sc, b, kvh, g)
 	sc.sacc = make([]float32, dd)
 	r.collide(sc, b, kvh, g, s0, w0)
 	ns, _, _ := r.sample(sc, b, kvh, h%g)
