@@ -222,7 +222,6 @@ func (h *Head) column(dst []float32, j, x int) {
 func (h *Head) appendI4(k, v []float32, maxLen int) {
 	l, d := h.layout(), h.d
 	n := len(k) / d
-	var x []float32
 	buf := grow8(h.KV4, len(h.KV4)+n*l.size, 256*l.size, maxLen*l.size)
 	buf = buf[:len(buf)+n*l.size]
 	base := len(buf) - n*l.size
@@ -231,7 +230,7 @@ func (h *Head) appendI4(k, v []float32, maxLen int) {
 		p := l.params(buf, off)
 		if h.kg == 0 {
 			lowbit.QuantRow(buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1, k[i*d:][:d], l.pw)
-			x = grow(x, d)
+			x := h.scratch(d) // the key as read back, for its norm
 			lowbit.Dequant(x, buf[off:][:l.pw], p[:l.ng], p[l.ng:2*l.ng], 1)
 			p[4*l.ng] = float32(math.Sqrt(float64(simd.Dot(x, x))))
 		} else {
