@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/internal/parallel"
@@ -86,8 +87,8 @@ import (
 // separate tasks; each output is written by one task in a fixed order, so
 // the result does not depend on the worker count. Extra memory is
 // O((B·H·N + B·Hkv·M)·(F+D)): ψ(q), û and ψ(k), v' as the products read
-// them (ψ(q) twice under the causal mask), plus O(C·(C+F+D) + F·D) per
-// worker.
+// them (û and v' also transposed), reused from one call to the next, plus
+// O(C·(C+F+D) + F·D) per worker.
 //
 // Errors wrap attn.ErrShape or attn.ErrInput as for Forward (a nil lse or
 // a wrong length of dout, dq, dk or dv is an attn.ErrShape error, and so
@@ -143,6 +144,11 @@ func (a *Attention) BackwardSkipped(ctx context.Context, s attn.Shape, q, k, v, 
 			}
 			return g.keys(ctx, w, n/2)
 		})
+	for i := range g.pairs {
+		if sl := g.pairs[i].slab; sl != nil {
+			slabPool.Put(sl)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -173,17 +179,36 @@ type gradPass struct {
 // gradPair holds one (batch row, kv head)'s operands, laid out as the
 // products read them; columns and rows past the data hold 0.
 type gradPair struct {
-	phiQ  []float32 // [G][N][f]: ψ(q) of the group's heads
-	phiQT []float32 // [G][f][np]: ψ(q) transposed, under the causal mask only
-	u     []float32 // [G][N][e]: û
-	uT    []float32 // [G][e][np]: û transposed
-	phiK  []float32 // [M][f]: ψ(k), keys before the key length only
-	vx    []float32 // [M][e]: v' = [v, 1]
-	vxT   []float32 // [e][mp]: v' transposed
-	lk    []float32 // [M]: the keys' log scales (log-scaled maps only)
-	mq    []float32 // [N]: each position's stabiliser m_i (log-scaled maps only)
+	phiQ []float32 // [G][N][f]: ψ(q) of the group's heads
+	u    []float32 // [G][N][e]: û
+	uT   []float32 // [G][e][np]: û transposed
+	phiK []float32 // [M][f]: ψ(k), keys before the key length only
+	vx   []float32 // [M][e]: v' = [v, 1]
+	vxT  []float32 // [e][mp]: v' transposed
+	lk   []float32 // [M]: the keys' log scales (log-scaled maps only)
+	mq   []float32 // [N]: each position's stabiliser m_i (log-scaled maps only)
 	// skipped lists the rows BackwardSkipped returns.
 	skipped []int
+	// slab holds the arrays above, from slabPool.
+	slab *[]float32
+}
+
+// slabPool keeps the pairs' operands between Backward calls. They are
+// megabytes a pair; allocated afresh at every call, the operating system
+// faulted in and zeroed their pages again each time, and the feature map
+// writing them ran at a quarter of its speed on memory already mapped
+// (results/2026-12-08 has the figures).
+var slabPool sync.Pool
+
+// getSlab returns n zeroed float32 from slabPool, or new ones.
+func getSlab(n int) *[]float32 {
+	if p, ok := slabPool.Get().(*[]float32); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		clear(*p)
+		return p
+	}
+	p := make([]float32, n)
+	return &p
 }
 
 // pairFloats returns the float32s prepare allocates for one pair (ints
@@ -203,7 +228,7 @@ func (g *gradPass) pairFloats() (int, bool) {
 	s, gs := g.s, g.s.Group()
 	parts := []int{
 		mul(gs, s.N, g.f+g.e+1), // phiQ, u, den
-		mul(gs, g.np, g.f+g.e),  // phiQT (causal only), uT
+		mul(gs, g.np, g.e),      // uT
 		mul(s.M, g.f+g.e+1),     // phiK, vx, lk
 		mul(g.e, g.mp),          // vxT
 		mul(3, s.N),             // mq, query log scales, visible ends
@@ -226,24 +251,30 @@ func (g *gradPass) prepare(n int) {
 	gs := s.Group()
 	b, kvh := n/s.HKV, n%s.HKV
 	p := &g.pairs[n]
-	p.phiQ = make([]float32, gs*s.N*f)
-	if g.o.Causal {
-		// Only the causal masks leave queries that see part of a
-		// chunk of keys, whose dense blocks read ψ(q) transposed.
-		p.phiQT = make([]float32, gs*f*g.np)
+	size := gs*s.N*(f+e) + gs*e*g.np + s.M*(f+e) + e*g.mp
+	if g.logScaled {
+		size += s.M + s.N
 	}
-	p.u = make([]float32, gs*s.N*e)
-	p.uT = make([]float32, gs*e*g.np)
-	p.phiK = make([]float32, s.M*f)
-	p.vx = make([]float32, s.M*e)
-	p.vxT = make([]float32, e*g.mp)
+	p.slab = getSlab(size)
+	slab := *p.slab
+	take := func(n int) []float32 {
+		x := slab[:n:n]
+		slab = slab[n:]
+		return x
+	}
+	p.phiQ = take(gs * s.N * f)
+	p.u = take(gs * s.N * e)
+	p.uT = take(gs * e * g.np)
+	p.phiK = take(s.M * f)
+	p.vx = take(s.M * e)
+	p.vxT = take(e * g.mp)
 
 	kend := g.o.KeyEnd(s, b)
 	base := n * s.M * d
 	var lk, lq []float32
 	if g.logScaled {
-		p.lk = make([]float32, s.M)
-		p.mq = make([]float32, s.N)
+		p.lk = take(s.M)
+		p.mq = take(s.N)
 		lk, lq = p.lk[:kend], make([]float32, s.N)
 	}
 	g.fm.Map(p.phiK, f, lk, g.k[base:][:kend*d], kend, d, g.scale, true)
@@ -273,9 +304,6 @@ func (g *gradPass) prepare(n int) {
 		phi := p.phiQ[hh*s.N*f:][:s.N*f]
 		g.fm.Map(phi, f, lq, g.q[row0*d:][:s.N*d], s.N, d, g.scale, false)
 		clearCols(phi, f, g.nf, s.N)
-		if p.phiQT != nil {
-			transpose(p.phiQT[hh*f*g.np:], g.np, phi, f, s.N, g.nf)
-		}
 	}
 
 	// den_i = ψq_i·z_i with z_i = Σ_{j seen by i} exp(ℓk_j − m_i) ψk_j,
@@ -563,8 +591,12 @@ func (g *gradPass) keys(ctx context.Context, w *gradWork, n int) error {
 				// keys and queries [r0, r0+nr), each key's invisible
 				// queries (a prefix) set to 0 and the visible ones
 				// weighted by w_ij.
-				simd.Gemm(nk, pad(nr), f, p.phiK[j0*f:], f, p.phiQT[hh*f*g.np+r0:], g.np, w.blk, cp, false)
-				simd.Gemm(nk, pad(nr), d+1, p.vx[j0*e:], e, p.uT[hh*e*g.np+r0:], g.np, w.blk2, cp, false)
+				// As products of rows (simd.DotRows), which read ψ(q)
+				// and û as they are stored: a product with ψ(q)
+				// transposed had to transpose it first, which took more
+				// time than the product.
+				simd.DotRows(w.blk, cp, p.phiK[j0*f:], f, nk, p.phiQ[(hh*s.N+r0)*f:], f, nr, f)
+				simd.DotRows(w.blk2, cp, p.vx[j0*e:], e, nk, p.u[(hh*s.N+r0)*e:], e, nr, d+1)
 				for r := range nr {
 					w.ends[r] = g.o.VisibleKeys(s, b, r0+r)
 				}

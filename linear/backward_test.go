@@ -346,6 +346,56 @@ func TestBackwardWorkers(t *testing.T) {
 	}
 }
 
+// TestBackwardReusesMemory: Backward's operands are reused from one call
+// to the next (slabPool), so they may hold anything, NaN included. A call
+// on memory filled with NaN must give the gradients of a call on fresh
+// memory: whatever the products read and no step writes (keys past the
+// key length, rows Forward left at 0, padding) must be zero again.
+func TestBackwardReusesMemory(t *testing.T) {
+	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 37, M: 29, D: 19}
+	rng := rand.New(rand.NewPCG(37, testSeed(t)))
+	ctx := context.Background()
+	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+	g := ref.Normal(rng, s.QLen())
+	poison := func() {
+		for range 2 * s.B * s.HKV {
+			x := make([]float32, 1<<16)
+			for i := range x {
+				x[i] = float32(math.NaN())
+			}
+			slabPool.Put(&x)
+		}
+	}
+	for _, a := range []*Attention{New(Config{Chunk: 8}), New(Config{Map: expMap{}, Chunk: 8})} {
+		for _, o := range []attn.Options{{Causal: true, KVLen: []int{17, 0}}, {KVLen: []int{23, 5}}} {
+			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+			if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+				t.Fatal(err)
+			}
+			var want [][]float32
+			for _, poisoned := range []bool{false, true} {
+				if poisoned {
+					poison()
+				}
+				dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
+				if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
+					t.Fatal(err)
+				}
+				got := [][]float32{dq, dk, dv}
+				if want == nil {
+					want = got
+					continue
+				}
+				for x := range got {
+					if i := firstDiff(got[x], want[x]); i >= 0 {
+						t.Fatalf("%T %s: gradient %d differs at %d on reused memory: %v, want %v", a.fm, fmtCase(s, o), x, i, got[x][i], want[x][i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestBackwardSkipped: a row whose normaliser under the map is not
 // positive gets out 0 and lse -Inf from Forward and nothing from Backward;
 // given a finite lse for it (its out computed some other way, as package

@@ -270,10 +270,8 @@ func (f *FeatureMap) MapBackward(dx []float32, ldx int, g, phi []float32, ld int
 	}
 }
 
-// mulInto sets x[i] *= y[i].
+// mulInto sets x[i] *= y[i], in the vector kernels (a row of
+// simd.ScaleColumns): in a Go loop it took a tenth of a backward pass.
 func mulInto(x, y []float32) {
-	y = y[:len(x)]
-	for i := range x {
-		x[i] *= y[i]
-	}
+	simd.ScaleColumns(x, len(x), 1, y[:len(x)])
 }
