@@ -193,23 +193,33 @@ func (c *Cache) visible(p, j int) bool {
 	return c.cfg.Window == 0 || j < c.cfg.Sinks || j > p-c.cfg.Window
 }
 
-// decodeBlock is the number of cached rows a decode worker scores at once,
-// and i4Block that for an int4 cache streamed by groups of up to
-// streamGroup query heads: its kernels do more per call besides the
-// block's arithmetic (the queries rounded again for each key group, the
-// zeros' sums, a GemmU4BF16 call per channel group). Blocks of 256
-// rows made the int4 step faster; for 16-bit caches they were no faster
-// and for int8 ones slower (results/2026-12-07 has the figures).
+// decodeBlock is the number of cached rows a decode worker scores at once;
+// block16 that for a 16-bit cache and i4Block for an int4 one, both
+// streamed by groups of up to streamGroup query heads. An int4 block's
+// kernels do more per call besides the block's arithmetic (the queries
+// rounded again for each key group, the zeros' sums, a GemmU4BF16 call
+// per channel group), and blocks of 256 rows made its step faster. For
+// 16-bit caches blocks of 128 rows made the step at 16k and 64k
+// positions faster (f16 by 6–29%, bf16 at 64k by 7% at the median),
+// float32 ones measured the same, and int8 ones were slower with 256
+// (results/2026-12-07 has the figures).
 const (
 	decodeBlock = 64
+	block16     = 128
 	i4Block     = 256
 )
 
 // decodeRows returns the rows of a decode block for groups of g query
 // heads.
 func (c *Cache) decodeRows(g int) int {
-	if c.cfg.DType == I4 && g <= streamGroup {
+	if g > streamGroup {
+		return decodeBlock
+	}
+	switch c.cfg.DType {
+	case I4:
 		return i4Block
+	case BF16, F16:
+		return block16
 	}
 	return decodeBlock
 }

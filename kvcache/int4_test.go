@@ -279,42 +279,50 @@ func TestI4Kernels(t *testing.T) {
 	}
 }
 
-// TestI4LongSpans decodes from an int4 cache long enough that a span
-// holds several of the streaming path's blocks (i4Block rows), so that
-// the running softmax is carried from block to block, against attention
-// on the stored rows, and for 1 and 3 workers alike.
-func TestI4LongSpans(t *testing.T) {
+// TestLongSpans decodes, for every element type, from a cache long enough
+// that a span holds several of the streaming path's blocks (decodeRows
+// rows), so that the running softmax is carried from block to block,
+// against attention on the stored rows, and for 1 and 3 workers alike.
+func TestLongSpans(t *testing.T) {
 	rng := ref.FreshRNG(t, 26)
-	const h, hkv, d, n = 6, 2, 40, 16*i4Block + 301
-	tol := storedTol(I4, 2e-5)
-	sq := newSeq(rng, 1, h, hkv, n+3, d)
-	var outs [2][]float32
-	for i, workers := range []int{1, 3} {
-		c, err := New(Config{B: 1, HKV: hkv, D: d, DType: I4, Rotate: true})
+	const h, hkv, d = 6, 2, 40
+	for _, dt := range []DType{F32, BF16, F16, I8, I4} {
+		cfg := Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: dt == I4}
+		c0, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Append(sq.slice(sq.k, hkv, 0, n), sq.slice(sq.v, hkv, 0, n), n); err != nil {
-			t.Fatal(err)
-		}
-		for t0 := n; t0 < n+3; t0++ {
-			wantOut, wantLSE := storedRef(t, c, sq, t0, t0+1, 0, 0)
-			out, lse := make([]float32, h*d), make([]float32, h)
-			if err := c.Step(context.Background(), h, sq.slice(sq.q, h, t0, t0+1), sq.slice(sq.k, hkv, t0, t0+1),
-				sq.slice(sq.v, hkv, t0, t0+1), 1, attn.Options{Workers: workers}, out, lse); err != nil {
+		n := 16*c0.decodeRows(h/hkv) + 301
+		tol := storedTol(dt, 2e-5)
+		sq := newSeq(rng, 1, h, hkv, n+3, d)
+		var outs [2][]float32
+		for i, workers := range []int{1, 3} {
+			c, err := New(cfg)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if e := ref.RelErr(out, wantOut); e > tol {
-				t.Fatalf("%d workers, position %d: out rel err %.3g against the stored rows", workers, t0, e)
+			if err := c.Append(sq.slice(sq.k, hkv, 0, n), sq.slice(sq.v, hkv, 0, n), n); err != nil {
+				t.Fatal(err)
 			}
-			if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
-				t.Fatalf("%d workers, position %d: lse rel err %.3g %v against the stored rows", workers, t0, e, err)
+			for t0 := n; t0 < n+3; t0++ {
+				wantOut, wantLSE := storedRef(t, c, sq, t0, t0+1, 0, 0)
+				out, lse := make([]float32, h*d), make([]float32, h)
+				if err := c.Step(context.Background(), h, sq.slice(sq.q, h, t0, t0+1), sq.slice(sq.k, hkv, t0, t0+1),
+					sq.slice(sq.v, hkv, t0, t0+1), 1, attn.Options{Workers: workers}, out, lse); err != nil {
+					t.Fatal(err)
+				}
+				if e := ref.RelErr(out, wantOut); e > tol {
+					t.Fatalf("%v, %d workers, position %d: out rel err %.3g against the stored rows", dt, workers, t0, e)
+				}
+				if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
+					t.Fatalf("%v, %d workers, position %d: lse rel err %.3g %v against the stored rows", dt, workers, t0, e, err)
+				}
+				outs[i] = append(outs[i], out...)
 			}
-			outs[i] = append(outs[i], out...)
 		}
-	}
-	if !slices.Equal(outs[0], outs[1]) {
-		t.Errorf("outputs differ between 1 and 3 workers")
+		if !slices.Equal(outs[0], outs[1]) {
+			t.Errorf("%v: outputs differ between 1 and 3 workers", dt)
+		}
 	}
 }
 
