@@ -199,9 +199,9 @@ func (c *Cache) visible(p, j int) bool {
 // kernels do more per call besides the block's arithmetic (the queries
 // rounded again for each key group, the zeros' sums, a GemmU4BF16 call
 // per channel group), and blocks of 256 rows made its step faster. For
-// 16-bit caches blocks of 128 rows made the step at 16k and 64k
-// positions faster (f16 by 6–29%, bf16 at 64k by 7% at the median),
-// float32 ones measured the same, and int8 ones were slower with 256
+// 16-bit caches blocks of 128 rows made the step faster (f16 at 16k and
+// 64k positions, bf16 at 64k), with 256 no faster still; float32 caches
+// measured the same with 128, and int8 ones were slower with 256
 // (results/2026-12-07 has the figures).
 const (
 	decodeBlock = 64

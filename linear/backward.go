@@ -196,8 +196,9 @@ type gradPair struct {
 // slabPool keeps the pairs' operands between Backward calls. They are
 // megabytes a pair. Allocated afresh at every call, their pages were
 // faulted in and zeroed by the operating system each time, and the
-// feature map writing them took four times as long as on memory already
-// mapped (results/2026-12-07, "Backward passes of linear attention").
+// feature map writing them took several times as long as on memory
+// already mapped (results/2026-12-07, "Backward passes of linear
+// attention").
 var slabPool sync.Pool
 
 // getSlab returns n zeroed float32 from slabPool, or new ones.
