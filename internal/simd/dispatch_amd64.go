@@ -41,7 +41,7 @@ func asmImplementations() []implementation {
 	a.gemmU4 = [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoAVX512, gemmU4HiAVX512}
 	a.gemmPanels = gemmPanelsAVX512
 	a.onlineSoftmax = onlineSoftmaxAVX512
-	a.expSum, a.exp = expSumAVX512, expAVX512
+	a.expSum, a.exp, a.expMul = expSumAVX512, expAVX512, expMulAVX512
 	a.attendPanels = attendPanelsAVX512
 	impls = append(impls, a)
 	if !x.HasAVX512BF16 {

@@ -285,9 +285,10 @@ func TestExp(t *testing.T) {
 	})
 }
 
-// TestExpFamiliesAgree checks that the AVX-512 exp kernels give the avx2
-// ones' values bit for bit (the same arithmetic on wider registers), and
-// ExpSum's sums within a few ulp of theirs (other order of additions).
+// TestExpFamiliesAgree checks that the AVX-512 exp kernels (Exp, ExpSum's
+// elements, ExpMul) give the avx2 ones' values bit for bit (the same
+// arithmetic on wider registers), and ExpSum's sums within a few ulp of
+// theirs (other order of additions).
 func TestExpFamiliesAgree(t *testing.T) {
 	var base *implementation
 	for i := range implementations {
@@ -311,6 +312,18 @@ func TestExpFamiliesAgree(t *testing.T) {
 		for i := range got {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 				t.Fatalf("exp(%v) = %v, avx2 %v", inputs[i], got[i], want[i])
+			}
+		}
+		// ExpMul's exponential (that of the online softmax) and product,
+		// over the same inputs as p and a sweep of g.
+		pa, pb := append([]float32(nil), inputs...), append([]float32(nil), inputs...)
+		ga, gb := randSlice(r, len(inputs), -3, 3), make([]float32, len(inputs))
+		copy(gb, ga)
+		base.expMul(pa, ga)
+		impl.expMul(pb, gb)
+		for i := range pa {
+			if math.Float32bits(pa[i]) != math.Float32bits(pb[i]) || math.Float32bits(ga[i]) != math.Float32bits(gb[i]) {
+				t.Fatalf("ExpMul(%v): p %v, g %v; avx2 %v, %v", inputs[i], pb[i], gb[i], pa[i], ga[i])
 			}
 		}
 		for _, n := range testLengths {

@@ -356,6 +356,11 @@ func expSumAVX512(x []float32, shift float32) float32
 //go:noescape
 func expAVX512(dst []float32, x []float32)
 
+// expMulAVX512 is expMulAVX2 with AVX-512.
+//
+//go:noescape
+func expMulAVX512(p []float32, g []float32)
+
 // dotRowsU4Q8AVX512BF16 is DotRowsU4Q8 for rows ≤ 4 and pw ≤ 256 with VPDPBUSD;
 // the Go caller checks the sizes.
 //

@@ -68,6 +68,7 @@ func main() {
 	gemm512()
 	dotRows512()
 	exp512()
+	expMul512()
 	u4Native()
 	attendAMX()
 
