@@ -332,6 +332,10 @@ func reduce16(z VecVirtual, useMax bool) VecVirtual {
 	return x.(VecVirtual)
 }
 
+// hiFrom is the first dword of a chunk whose high nibbles' products go to
+// their own accumulators (see u4q8Block); at least u4Rows.
+const hiFrom = 4
+
 // u4q8Block emits one block of 16 keys (full) or of the j < 16 left (the
 // missing rows repeat the last, their scores not stored) against the R
 // query rows in the frame: for each 64-byte chunk of the packed rows, the
@@ -418,15 +422,31 @@ func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz Mem)
 		t := transpose16x16(rowsV)
 		m0F := ZMM()
 		VMOVDQU64(nib0F, m0F)
+		// From dword hiFrom on, the high nibbles' products go to a second
+		// accumulator a row, added in at the end of the chunk: with one,
+		// each row's VPDPBUSD formed a single chain, 32 long, that waited
+		// on its latency. The second takes the registers of the first
+		// dwords, already used (R ≤ hiFrom); new ones failed avo's
+		// register allocation. More accumulators measured no faster.
+		accHi := acc
 		for k := 0; k < 16; k++ {
+			if k == hiFrom {
+				accHi = t[:R]
+				for _, a := range accHi {
+					VPXORD(a, a, a)
+				}
+			}
 			lo, hi := ZMM(), ZMM()
 			VPANDD(m0F, t[k], lo)
 			VPSRLD(U8(4), t[k], hi)
 			VPANDD(m0F, hi, hi)
 			for r := 0; r < R; r++ {
 				VPDPBUSD_BCST(Mem{Base: qc, Disp: r*q8Row + 4*k}, lo, acc[r])
-				VPDPBUSD_BCST(Mem{Base: qc, Disp: r*q8Row + q8Half + 4*k}, hi, acc[r])
+				VPDPBUSD_BCST(Mem{Base: qc, Disp: r*q8Row + q8Half + 4*k}, hi, accHi[r])
 			}
+		}
+		for r := range acc {
+			VPADDD(accHi[r], acc[r], acc[r])
 		}
 	}
 	Label(pre + "chunk")
