@@ -39,8 +39,9 @@
 //
 // The avx512 family has the fused tile (GemmPanels, OnlineSoftmax,
 // AttendPanels), Gemm, GemmPF, GemmF16 and GemmI8, the DotRows kernels (float32, bfloat16,
-// binary16 and int8 keys, with and without a prefetch hint) and FMAPeak
-// in zmm registers. A panel of 16 queries is one register, so a panel's
+// binary16 and int8 keys, with and without a prefetch hint), Exp,
+// ExpSum and ExpMul (the avx2 arithmetic lane for lane, so the same bits)
+// and FMAPeak in zmm registers. A panel of 16 queries is one register, so a panel's
 // maxima, sums and rescale factors are single registers and the products'
 // register blocks are 8 rows high (8 FMA chains, as many as two 512-bit
 // FMA pipes keep busy), with A broadcast from memory by the FMAs
