@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -87,6 +88,13 @@ func (a *Attention) backward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 		clear(dv)
 	}
 	g := &grads{call: c, dout: dout, dq: dq, dk: dk, dv: dv}
+	if sc, ok := gatheredPool.Get().(*gathered); ok {
+		g.gathered = *sc
+	}
+	defer func() {
+		sc := g.gathered
+		gatheredPool.Put(&sc)
+	}()
 	for _, ph := range phases {
 		jobs, err := c.plan(ctx, ph)
 		if err != nil {
@@ -117,7 +125,14 @@ var gradChunkRows = 8192
 type grads struct {
 	*call
 	dout, dq, dk, dv []float32
+	gathered
+}
 
+// gathered holds the gathered copies of a chunk. Every use writes what it
+// reads, so they are kept from one Backward call to the next
+// (gatheredPool): tens of megabytes at 131072 positions, allocated afresh
+// each call before.
+type gathered struct {
 	// Gathered query rows [R][D]: queries, outputs, output gradients,
 	// the rows' lse (twice: the sampled part's less its log weight), and
 	// the kernel's dQ.
@@ -125,6 +140,8 @@ type grads struct {
 	// Gathered keys [nk][D] and their gradients.
 	gk, gv, gdk, gdv []float32
 }
+
+var gatheredPool sync.Pool // of *gathered
 
 // opts are the options of the flash calls on gathered rows: no mask but
 // the pattern's, the call's scale and workers.

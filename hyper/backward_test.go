@@ -377,6 +377,47 @@ func TestBackwardDeterminism(t *testing.T) {
 	}
 }
 
+// The gathered copies are kept from one call to the next (gatheredPool),
+// so they may hold anything, NaN included: gradients computed on copies
+// filled with NaN are those computed on fresh ones, bit for bit.
+func TestBackwardReusesMemory(t *testing.T) {
+	rng := testRNG(t, 29)
+	defer func(n int) { gradChunkRows = n }(gradChunkRows)
+	gradChunkRows = 300
+	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 601, M: 655, D: 24}
+	q, k, v := inputs(rng, s)
+	dout := ref.Normal(rng, s.QLen())
+	nan := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(math.NaN())
+		}
+		return x
+	}
+	for _, causal := range []bool{false, true} {
+		cfg := Config{Block: 32, Samples: 24, Min: 80, Projs: 5, Seed: 8}
+		o := attn.Options{Causal: causal, KVLen: []int{655, 480}, Workers: 1}
+		for gatheredPool.Get() != nil {
+		} // a fresh set for the first call
+		dq, dk, dv := backwardOf(t, newAttention(t, cfg), s, q, k, v, dout, o)
+		for gatheredPool.Get() != nil {
+		}
+		// Several, so that the call finds one whatever processor it
+		// runs on.
+		const big = 1 << 16
+		for range 8 {
+			gatheredPool.Put(&gathered{
+				gq: nan(big), gout: nan(big), gdout: nan(big), glse: nan(big), glse2: nan(big), gdq: nan(big),
+				gk: nan(big), gv: nan(big), gdk: nan(big), gdv: nan(big),
+			})
+		}
+		dq2, dk2, dv2 := backwardOf(t, newAttention(t, cfg), s, q, k, v, dout, o)
+		if !slices.Equal(dq, dq2) || !slices.Equal(dk, dk2) || !slices.Equal(dv, dv2) {
+			t.Errorf("causal=%v: other gradients on gathered copies filled with NaN", causal)
+		}
+	}
+}
+
 // A call Forward computes exactly gets the exact kernel's gradient, bit for
 // bit; value-norm sampling is allowed there.
 func TestBackwardExactFallback(t *testing.T) {
