@@ -6,6 +6,10 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
+// exp2Max is 128: t is clamped to it, so that every t from 127.5 up gives
+// +Inf (exp2Lanes wants t ≤ 128). expMul declares it; expMul512 uses it.
+var exp2Max Mem
+
 // expMul emits expMulAVX2, the element-wise step of the attention
 // backward pass: p[i] = exp(p[i]) by the exponential of the online
 // softmax, 2^t with t = min(p[i]·log2 e, 128) (exp2Lanes), and g[i] *=
@@ -13,10 +17,6 @@ import (
 // stages of exp2Lanes together, each constant loaded once for the four;
 // then single vectors, then a masked tail through the same code, so that
 // a value gives the same bits wherever it lies in the slice.
-// exp2Max is 128: t is clamped to it, so that every t from 127.5 up gives
-// +Inf (exp2Lanes wants t ≤ 128).
-var exp2Max Mem
-
 func expMul() {
 	exp2Max = vecConst("exp2Max", 128)
 
