@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"sync"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/parallel"
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -82,12 +84,13 @@ func (a *Attention) backward(ctx context.Context, s attn.Shape, q, k, v, out, ls
 		if err := a.kn.Backward(ctx, s, q, k, v, out, lse, dout, o, leaves, dq, dk, dv); err != nil {
 			return err
 		}
-	} else {
-		clear(dq)
-		clear(dk)
-		clear(dv)
 	}
 	g := &grads{call: c, dout: dout, dq: dq, dk: dk, dv: dv}
+	if !o.Causal {
+		for _, x := range [][]float32{dq, dk, dv} {
+			g.rows(len(x)/s.D, func(lo, hi int) { clear(x[lo*s.D : hi*s.D]) })
+		}
+	}
 	if sc, ok := gatheredPool.Get().(*gathered); ok {
 		g.gathered = *sc
 	}
@@ -157,10 +160,14 @@ func (g *grads) exact(ctx context.Context, j *job) error {
 	nq := j.r.q1 - j.r.q0
 	rows := gr * nq
 	g.growRows(rows)
-	for hh := range gr {
-		row := (j.b*s.H+j.kvh*gr+hh)*s.N + j.r.q0
-		g.gather(hh*nq, row, nq)
-	}
+	g.rows(rows, func(lo, hi int) {
+		for x := lo; x < hi; {
+			hh, t := x/nq, x%nq
+			n := min(hi-x, nq-t)
+			g.gather(x, (j.b*s.H+j.kvh*gr+hh)*s.N+j.r.q0+t, n)
+			x += n
+		}
+	})
 	kv := ((j.b*s.HKV+j.kvh)*s.M + j.r.k0) * d
 	n := j.nk * d
 	g.gdk, g.gdv = grow(g.gdk, n), grow(g.gdv, n)
@@ -169,12 +176,19 @@ func (g *grads) exact(ctx context.Context, j *job) error {
 		g.opts(), nil, g.gdq, g.gdk, g.gdv); err != nil {
 		return err
 	}
-	for hh := range gr {
-		row := (j.b*s.H+j.kvh*gr+hh)*s.N + j.r.q0
-		simd.Axpy(1, g.gdq[hh*nq*d:][:nq*d], g.dq[row*d:][:nq*d])
-	}
-	simd.Axpy(1, g.gdk, g.dk[kv:kv+n])
-	simd.Axpy(1, g.gdv, g.dv[kv:kv+n])
+	g.rows(rows, func(lo, hi int) {
+		for x := lo; x < hi; {
+			hh, t := x/nq, x%nq
+			n := min(hi-x, nq-t)
+			row := (j.b*s.H+j.kvh*gr+hh)*s.N + j.r.q0 + t
+			simd.Axpy(1, g.gdq[x*d:][:n*d], g.dq[row*d:][:n*d])
+			x += n
+		}
+	})
+	g.rows(j.nk, func(lo, hi int) {
+		simd.Axpy(1, g.gdk[lo*d:hi*d], g.dk[kv+lo*d:kv+hi*d])
+		simd.Axpy(1, g.gdv[lo*d:hi*d], g.dv[kv+lo*d:kv+hi*d])
+	})
 	return nil
 }
 
@@ -214,9 +228,11 @@ func (g *grads) chunk(ctx context.Context, j *job, r0, r1 int) error {
 	d, gr := s.D, s.Group()
 	nr := r1 - r0
 	g.growRows(nr)
-	for t, x := range j.rows[r0:r1] {
-		g.gather(t, g.queryRow(j, int(x), gr), 1)
-	}
+	g.rows(nr, func(lo, hi int) {
+		for t, x := range j.rows[r0+lo : r0+hi] {
+			g.gather(lo+t, g.queryRow(j, int(x), gr), 1)
+		}
+	})
 	// The blocks [bl0, bl1) the rows fall in, and where each one's rows
 	// start among them (clipped to the chunk).
 	bl0, bl1 := 0, 1
@@ -247,11 +263,13 @@ func (g *grads) chunk(ctx context.Context, j *job, r0, r1 int) error {
 		}
 		nk := ks[nbc]
 		g.growKeys(nk)
-		for p := range nk {
-			key := kv + j.key(ka+p)
-			copy(g.gk[p*d:][:d], g.k[key*d:][:d])
-			copy(g.gv[p*d:][:d], g.v[key*d:][:d])
-		}
+		g.rows(nk, func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				key := kv + j.key(ka+p)
+				copy(g.gk[p*d:][:d], g.k[key*d:][:d])
+				copy(g.gv[p*d:][:d], g.v[key*d:][:d])
+			}
+		})
 		shape.M = nk
 		pat := &blockPattern{shift: nk - nr, rows: rs, keys: ks}
 		if err := a.kn.Backward(ctx, shape, g.gq, g.gk[:nk*d], g.gv[:nk*d], g.gout, g.glse, g.gdout,
@@ -259,11 +277,13 @@ func (g *grads) chunk(ctx context.Context, j *job, r0, r1 int) error {
 			return err
 		}
 		g.scatterQ(j, r0, r1)
-		for p := range nk {
-			key := kv + j.key(ka+p)
-			simd.Axpy(1, g.gdk[p*d:][:d], g.dk[key*d:][:d])
-			simd.Axpy(1, g.gdv[p*d:][:d], g.dv[key*d:][:d])
-		}
+		g.rows(nk, func(lo, hi int) {
+			for p := lo; p < hi; p++ {
+				key := kv + j.key(ka+p)
+				simd.Axpy(1, g.gdk[p*d:][:d], g.dk[key*d:][:d])
+				simd.Axpy(1, g.gdv[p*d:][:d], g.dv[key*d:][:d])
+			}
+		})
 	}
 
 	// Sampled part: every row against the job's samples but the run inside
@@ -302,11 +322,13 @@ func (g *grads) chunk(ctx context.Context, j *job, r0, r1 int) error {
 		return err
 	}
 	g.scatterQ(j, r0, r1)
-	for t, p := range j.uniform {
-		key := kv + j.key(int(p))
-		simd.Axpy(1, g.gdk[t*d:][:d], g.dk[key*d:][:d])
-		simd.Axpy(1, g.gdv[t*d:][:d], g.dv[key*d:][:d])
-	}
+	g.rows(ns, func(lo, hi int) {
+		for t, p := range j.uniform[lo:hi] {
+			key := kv + j.key(int(p))
+			simd.Axpy(1, g.gdk[(lo+t)*d:][:d], g.dk[key*d:][:d])
+			simd.Axpy(1, g.gdv[(lo+t)*d:][:d], g.dv[key*d:][:d])
+		}
+	})
 	return nil
 }
 
@@ -319,10 +341,38 @@ func (g *grads) growKeys(n int) {
 // scatterQ adds the gathered dQ of rows j.rows[r0:r1] to dq.
 func (g *grads) scatterQ(j *job, r0, r1 int) {
 	d, gr := g.s.D, g.s.Group()
-	for t, x := range j.rows[r0:r1] {
-		row := g.queryRow(j, int(x), gr)
-		simd.Axpy(1, g.gdq[t*d:][:d], g.dq[row*d:][:d])
+	g.rows(r1-r0, func(lo, hi int) {
+		for t, x := range j.rows[r0+lo : r0+hi] {
+			row := g.queryRow(j, int(x), gr)
+			simd.Axpy(1, g.gdq[(lo+t)*d:][:d], g.dq[row*d:][:d])
+		}
+	})
+}
+
+// rowSpan is the least number of rows that rows hands one goroutine:
+// enough that starting it costs little beside the copies. A variable so
+// that the tests can split small inputs.
+var rowSpan = 1024
+
+// rows runs f on the ranges [lo, hi) that cover [0, n), on the call's
+// workers. The gathers and scatters are memory-bound copies that would
+// otherwise run on one core between the parallel kernel calls. Every f
+// here writes each destination row once (a chunk's rows, a block's keys
+// and the samples are distinct), so the result is the same however the
+// ranges fall.
+func (g *grads) rows(n int, f func(lo, hi int)) {
+	parts := n / rowSpan
+	nw := g.o.WorkerCount(runtime.GOMAXPROCS(0), parts)
+	if nw <= 1 {
+		f(0, n)
+		return
 	}
+	// The errors are ctx's alone, and the caller's next kernel call
+	// reports a cancellation.
+	_ = parallel.ForWorker(context.Background(), nw, parts, func(_, i int) error {
+		f(i*n/parts, (i+1)*n/parts)
+		return nil
+	})
 }
 
 // blockPattern is the block-diagonal pattern of a chunk's key blocks: the

@@ -169,14 +169,15 @@ func gradCfgs() []Config {
 // GQA, random padding and scale, and rows cut into several chunks.
 func TestBackwardMatchesReference(t *testing.T) {
 	rng := testRNG(t, 21)
-	defer func(n int) { gradChunkRows = n }(gradChunkRows)
+	defer func(n, r int) { gradChunkRows, rowSpan = n, r }(gradChunkRows, rowSpan)
 	shapes := []attn.Shape{
 		{B: 2, H: 6, HKV: 2, N: 173, M: 173, D: 21},
 		{B: 2, H: 4, HKV: 4, N: 97, M: 230, D: 10},
 		{B: 1, H: 3, HKV: 1, N: 211, M: 140, D: 7},
 	}
 	for _, chunk := range []int{8192, 37} {
-		gradChunkRows = chunk
+		// Small chunks with their gathers and scatters split too.
+		gradChunkRows, rowSpan = chunk, min(chunk/4, 1024)
 		for _, cfg := range gradCfgs() {
 			a := newAttention(t, cfg)
 			approximated := 0
@@ -356,8 +357,9 @@ func picksEqual(a, b [][]pick) bool {
 // The gradients are the same bits with any number of workers.
 func TestBackwardDeterminism(t *testing.T) {
 	rng := testRNG(t, 23)
-	defer func(n int) { gradChunkRows = n }(gradChunkRows)
+	defer func(n, r int) { gradChunkRows, rowSpan = n, r }(gradChunkRows, rowSpan)
 	gradChunkRows = 300
+	rowSpan = 7 // the gathers and scatters split among the workers
 	s := attn.Shape{B: 2, H: 4, HKV: 2, N: 601, M: 655, D: 24}
 	q, k, v := inputs(rng, s)
 	dout := ref.Normal(rng, s.QLen())
