@@ -1,8 +1,6 @@
 package linear
 
 import (
-	"math"
-
 	"github.com/attnkit/attn/internal/simd"
 )
 
@@ -74,18 +72,12 @@ func (ELU) LogScaled() bool { return false }
 
 // Map writes elu(x)+1 for every element of the n rows of x.
 func (ELU) Map(dst []float32, ld int, _, x []float32, n, d int, _ float32, _ bool) {
+	if ld == d {
+		simd.ELU1(dst[:n*d], x[:n*d])
+		return
+	}
 	for r := range n {
-		src := x[r*d : (r+1)*d]
-		row := dst[r*ld : r*ld+d]
-		// elu(x)+1 is exp(x) for x < 0 and x+1 otherwise: simd.Exp
-		// computes every exponential (an overflow to +Inf is replaced),
-		// then the sign bit selects without branches, which random
-		// signs would defeat.
-		simd.Exp(row, src)
-		for c, v := range src {
-			neg := uint32(int32(math.Float32bits(v)) >> 31) // all ones if v < 0
-			row[c] = math.Float32frombits(math.Float32bits(row[c])&neg | math.Float32bits(v+1)&^neg)
-		}
+		simd.ELU1(dst[r*ld:r*ld+d], x[r*d:(r+1)*d])
 	}
 }
 

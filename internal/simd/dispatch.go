@@ -16,6 +16,9 @@ type implementation struct {
 	expSum  func(x []float32, shift float32) float32
 	exp     func(dst, x []float32) // len(dst) >= len(x)
 	expMul  func(p, g []float32)   // len(g) >= len(p)
+	// elu1 is ELU1 (len(dst) >= len(x)); nil where the family has no
+	// kernel of its own (see elu1Of).
+	elu1    func(dst, x []float32)
 	max     func(x []float32) float32
 	scale   func(x []float32, c float32)
 	dot     func(x, y []float32) float32    // len(y) >= len(x)

@@ -41,7 +41,7 @@ func asmImplementations() []implementation {
 	a.gemmU4 = [2]func(m, n, k int, a []float32, lda int, b []uint8, ldb int, c []float32, ldc int, accumulate bool, pf []uint8){gemmU4LoAVX512, gemmU4HiAVX512}
 	a.gemmPanels = gemmPanelsAVX512
 	a.onlineSoftmax = onlineSoftmaxAVX512
-	a.expSum, a.exp, a.expMul = expSumAVX512, expAVX512, expMulAVX512
+	a.expSum, a.exp, a.expMul, a.elu1 = expSumAVX512, expAVX512, expMulAVX512, elu1AVX512
 	a.attendPanels = attendPanelsAVX512
 	impls = append(impls, a)
 	if !x.HasAVX512BF16 {
@@ -85,6 +85,7 @@ func avx2Implementation() implementation {
 		expSum:   expSumAVX2,
 		exp:      expAVX2,
 		expMul:   expMulAVX2,
+		elu1:     elu1AVX2,
 		max:      maxAVX2,
 		scale:    scaleAVX2,
 		dot:      dotAVX2,

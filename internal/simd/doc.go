@@ -1,7 +1,8 @@
 // Package simd holds the vector kernels of the attention code: a
 // register-blocked matrix-multiply micro-kernel (Gemm), a fused
 // exp-and-sum for softmax rows (ExpSum, Exp), the element-wise step of
-// the attention backward pass (ExpMul), Max, Scale, Dot and Axpy,
+// the attention backward pass (ExpMul), linear attention's feature map
+// (ELU1), Max, Scale, Dot and Axpy,
 // the kernels of the KV-cache decode step (WidenBF16, WidenF16,
 // DotRows, DotRowsBF16, DotRowsF16, GemmBF16, GemmF16, DotRowsBF16Native,
 // GemmBF16Native, and DotRowsPF,
@@ -40,7 +41,7 @@
 // The avx512 family has the fused tile (GemmPanels, OnlineSoftmax,
 // AttendPanels), Gemm, GemmPF, GemmF16 and GemmI8, the DotRows kernels (float32, bfloat16,
 // binary16 and int8 keys, with and without a prefetch hint), Exp,
-// ExpSum and ExpMul (the avx2 arithmetic lane for lane, so the same bits)
+// ExpSum, ExpMul and ELU1 (the avx2 arithmetic lane for lane, so the same bits)
 // and FMAPeak in zmm registers. A panel of 16 queries is one register, so a panel's
 // maxima, sums and rescale factors are single registers and the products'
 // register blocks are 8 rows high (8 FMA chains, as many as two 512-bit
@@ -233,7 +234,8 @@
 // each assembly call is bounded by its slices. OnlineSoftmax takes one
 // panel (4 registers of queries) a call with exp2Tile's steps;
 // AttendPanels is its definition on these kernels, without the fused
-// maximum, and ignores the prefetch hints. Exp, ExpSum and ExpMul take
+// maximum, and ignores the prefetch hints; ELU1 is its Exp and a
+// selection in Go, as in the generic family. Exp, ExpSum and ExpMul take
 // the steps of the Go versions (FRINTN rounds n); the last len%4 values
 // go through lane 0 one at a time, so that nothing past a slice is read
 // or written and each value gets the bits a full vector would give it.
@@ -242,7 +244,7 @@
 // as WORDs. CI runs the tests of this family on amd64 under qemu-user,
 // which checks results only.
 //
-// The kernels do not allocate. Gemm, Exp, ExpMul, Dot, Axpy, WidenBF16,
+// The kernels do not allocate. Gemm, Exp, ExpMul, ELU1, Dot, Axpy, WidenBF16,
 // WidenF16, WidenI8, ScaleColumns, the DotRows kernels, the 16-bit, int8
 // and prefetching Gemm kernels and the tile kernels check their arguments
 // and panic

@@ -1,6 +1,9 @@
 package simd
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // Panel is the column width Gemm works in: n must be a multiple of it.
 const Panel = 16
@@ -52,6 +55,45 @@ func Exp(dst, x []float32) {
 		panic("simd: Exp with len(dst) != len(x)")
 	}
 	active.exp(dst, x)
+}
+
+// ELU1 sets dst[i] = elu(x[i]) + 1 for every i: exp(x[i]) where x[i] has
+// its sign bit set (-0 and negative NaNs included), x[i] + 1 elsewhere.
+// The exponentials are Exp's, bit for bit. It is the feature map of
+// linear attention (Katharopoulos et al., 2020). dst and x may be the
+// same slice. ELU1 panics if len(dst) != len(x).
+func ELU1(dst, x []float32) {
+	if len(dst) != len(x) {
+		panic("simd: ELU1 with len(dst) != len(x)")
+	}
+	active.elu1Of(dst, x)
+}
+
+// elu1Of is ELU1 with impl's kernels: its own where it has one, else its
+// Exp and the selection in Go.
+func (impl *implementation) elu1Of(dst, x []float32) {
+	if impl.elu1 != nil {
+		impl.elu1(dst, x)
+		return
+	}
+	if len(x) == 0 {
+		return
+	}
+	// Exp may write dst in place of x: keep each x+1 (or its sign) first.
+	// Both run in blocks, so that the copy stays in cache.
+	var buf [256]float32
+	for i := 0; i < len(x); i += len(buf) {
+		n := min(len(buf), len(x)-i)
+		xs, ds := x[i:i+n], dst[i:i+n]
+		copy(buf[:n], xs)
+		impl.exp(ds, xs)
+		for c, v := range buf[:n] {
+			// All ones if v's sign bit is set: the selection goes without
+			// branches, which random signs would defeat.
+			neg := uint32(int32(math.Float32bits(v)) >> 31)
+			ds[c] = math.Float32frombits(math.Float32bits(ds[c])&neg | math.Float32bits(v+1)&^neg)
+		}
+	}
 }
 
 // ExpMul sets p[i] = exp(p[i]) and then g[i] *= p[i] for every i: the

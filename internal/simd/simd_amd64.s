@@ -1736,6 +1736,139 @@ end:
 	VZEROUPPER
 	RET
 
+// func elu1AVX2(dst []float32, x []float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·elu1AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ x_len+32(FP), DX
+
+loop16:
+	CMPQ         DX, $0x10
+	JL           loop8
+	VMOVUPS      (CX), Y0
+	VMOVUPS      32(CX), Y1
+	VMULPS       expLog2e<>+0(SB), Y0, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VMOVAPS      Y0, Y3
+	VFNMADD231PS expLn2Hi<>+0(SB), Y2, Y3
+	VFNMADD231PS expLn2Lo<>+0(SB), Y2, Y3
+	VMOVUPS      expC5<>+0(SB), Y4
+	VFMADD213PS  expC4<>+0(SB), Y3, Y4
+	VFMADD213PS  expC3<>+0(SB), Y3, Y4
+	VFMADD213PS  expC2<>+0(SB), Y3, Y4
+	VFMADD213PS  expC1<>+0(SB), Y3, Y4
+	VFMADD213PS  expC0<>+0(SB), Y3, Y4
+	VMULPS       Y3, Y3, Y5
+	VFMADD213PS  Y3, Y5, Y4
+	VADDPS       one<>+0(SB), Y4, Y4
+	VCVTTPS2DQ   Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y4, Y4
+	VCMPPS       $0x11, expLo<>+0(SB), Y0, Y2
+	VANDNPS      Y4, Y2, Y4
+	VCMPPS       $0x1e, expHi<>+0(SB), Y0, Y2
+	VBLENDVPS    Y2, posInf<>+0(SB), Y4, Y4
+	VADDPS       one<>+0(SB), Y0, Y2
+	VBLENDVPS    Y0, Y4, Y2, Y2
+	VMULPS       expLog2e<>+0(SB), Y1, Y0
+	VROUNDPS     $0x00, Y0, Y0
+	VMOVAPS      Y1, Y3
+	VFNMADD231PS expLn2Hi<>+0(SB), Y0, Y3
+	VFNMADD231PS expLn2Lo<>+0(SB), Y0, Y3
+	VMOVUPS      expC5<>+0(SB), Y4
+	VFMADD213PS  expC4<>+0(SB), Y3, Y4
+	VFMADD213PS  expC3<>+0(SB), Y3, Y4
+	VFMADD213PS  expC2<>+0(SB), Y3, Y4
+	VFMADD213PS  expC1<>+0(SB), Y3, Y4
+	VFMADD213PS  expC0<>+0(SB), Y3, Y4
+	VMULPS       Y3, Y3, Y5
+	VFMADD213PS  Y3, Y5, Y4
+	VADDPS       one<>+0(SB), Y4, Y4
+	VCVTTPS2DQ   Y0, Y0
+	VPSLLD       $0x17, Y0, Y0
+	VPADDD       Y0, Y4, Y4
+	VCMPPS       $0x11, expLo<>+0(SB), Y1, Y0
+	VANDNPS      Y4, Y0, Y4
+	VCMPPS       $0x1e, expHi<>+0(SB), Y1, Y0
+	VBLENDVPS    Y0, posInf<>+0(SB), Y4, Y4
+	VADDPS       one<>+0(SB), Y1, Y0
+	VBLENDVPS    Y1, Y4, Y0, Y0
+	VMOVUPS      Y2, (AX)
+	VMOVUPS      Y0, 32(AX)
+	ADDQ         $0x40, CX
+	ADDQ         $0x40, AX
+	SUBQ         $0x10, DX
+	JMP          loop16
+
+loop8:
+	CMPQ         DX, $0x08
+	JL           tail
+	VMOVUPS      (CX), Y0
+	VMULPS       expLog2e<>+0(SB), Y0, Y1
+	VROUNDPS     $0x00, Y1, Y1
+	VMOVAPS      Y0, Y2
+	VFNMADD231PS expLn2Hi<>+0(SB), Y1, Y2
+	VFNMADD231PS expLn2Lo<>+0(SB), Y1, Y2
+	VMOVUPS      expC5<>+0(SB), Y3
+	VFMADD213PS  expC4<>+0(SB), Y2, Y3
+	VFMADD213PS  expC3<>+0(SB), Y2, Y3
+	VFMADD213PS  expC2<>+0(SB), Y2, Y3
+	VFMADD213PS  expC1<>+0(SB), Y2, Y3
+	VFMADD213PS  expC0<>+0(SB), Y2, Y3
+	VMULPS       Y2, Y2, Y4
+	VFMADD213PS  Y2, Y4, Y3
+	VADDPS       one<>+0(SB), Y3, Y3
+	VCVTTPS2DQ   Y1, Y1
+	VPSLLD       $0x17, Y1, Y1
+	VPADDD       Y1, Y3, Y3
+	VCMPPS       $0x11, expLo<>+0(SB), Y0, Y1
+	VANDNPS      Y3, Y1, Y3
+	VCMPPS       $0x1e, expHi<>+0(SB), Y0, Y1
+	VBLENDVPS    Y1, posInf<>+0(SB), Y3, Y3
+	VADDPS       one<>+0(SB), Y0, Y1
+	VBLENDVPS    Y0, Y3, Y1, Y1
+	VMOVUPS      Y1, (AX)
+	ADDQ         $0x20, CX
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, DX
+
+tail:
+	TESTQ        DX, DX
+	JZ           end
+	LEAQ         tailMask<>+0(SB), BX
+	NEGQ         DX
+	VMOVDQU      32(BX)(DX*4), Y0
+	VMASKMOVPS   (CX), Y0, Y1
+	VMULPS       expLog2e<>+0(SB), Y1, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VMOVAPS      Y1, Y3
+	VFNMADD231PS expLn2Hi<>+0(SB), Y2, Y3
+	VFNMADD231PS expLn2Lo<>+0(SB), Y2, Y3
+	VMOVUPS      expC5<>+0(SB), Y4
+	VFMADD213PS  expC4<>+0(SB), Y3, Y4
+	VFMADD213PS  expC3<>+0(SB), Y3, Y4
+	VFMADD213PS  expC2<>+0(SB), Y3, Y4
+	VFMADD213PS  expC1<>+0(SB), Y3, Y4
+	VFMADD213PS  expC0<>+0(SB), Y3, Y4
+	VMULPS       Y3, Y3, Y5
+	VFMADD213PS  Y3, Y5, Y4
+	VADDPS       one<>+0(SB), Y4, Y4
+	VCVTTPS2DQ   Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VPADDD       Y2, Y4, Y4
+	VCMPPS       $0x11, expLo<>+0(SB), Y1, Y2
+	VANDNPS      Y4, Y2, Y4
+	VCMPPS       $0x1e, expHi<>+0(SB), Y1, Y2
+	VBLENDVPS    Y2, posInf<>+0(SB), Y4, Y4
+	VADDPS       one<>+0(SB), Y1, Y2
+	VBLENDVPS    Y1, Y4, Y2, Y2
+	VMASKMOVPS   Y2, Y0, (AX)
+
+end:
+	VZEROUPPER
+	RET
+
 // func maxAVX2(x []float32) float32
 // Requires: AVX, SSE
 TEXT ·maxAVX2(SB), NOSPLIT, $0-28
@@ -93441,6 +93574,154 @@ tail:
 	VBLENDMPS         Z9, Z3, K2, Z3
 	VBLENDMPS         Z0, Z3, K3, Z3
 	VMOVUPS           Z3, K1, (AX)
+
+end:
+	VZEROUPPER
+	RET
+
+// func elu1AVX512(dst []float32, x []float32)
+// Requires: AVX, AVX512DQ, AVX512F, BMI2, CMOV
+TEXT ·elu1AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ x_base+24(FP), CX
+	MOVQ x_len+32(FP), DX
+
+loop32:
+	CMPQ              DX, $0x20
+	JL                loop16
+	VMOVUPS           (CX), Z0
+	VMOVUPS           64(CX), Z1
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z2
+	VRNDSCALEPS       $0x00, Z2, Z2
+	VMOVAPS           Z0, Z3
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z2, Z3
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z2, Z3
+	VBROADCASTSS      expC5<>+0(SB), Z4
+	VFMADD213PS.BCST  expC4<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC3<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC2<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC1<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC0<>+0(SB), Z3, Z4
+	VMULPS            Z3, Z3, Z5
+	VFMADD213PS       Z3, Z5, Z4
+	VADDPS.BCST       one<>+0(SB), Z4, Z4
+	VCVTTPS2DQ        Z2, Z2
+	VPSLLD            $0x17, Z2, Z2
+	VPADDD            Z2, Z4, Z4
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K2
+	VPXORD            Z6, Z6, Z6
+	VBROADCASTSS      posInf<>+0(SB), Z2
+	VBLENDMPS         Z6, Z4, K1, Z4
+	VBLENDMPS         Z2, Z4, K2, Z4
+	VPMOVD2M          Z0, K1
+	VADDPS.BCST       one<>+0(SB), Z0, Z0
+	VBLENDMPS         Z4, Z0, K1, Z0
+	VMULPS.BCST       expLog2e<>+0(SB), Z1, Z2
+	VRNDSCALEPS       $0x00, Z2, Z2
+	VMOVAPS           Z1, Z3
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z2, Z3
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z2, Z3
+	VBROADCASTSS      expC5<>+0(SB), Z4
+	VFMADD213PS.BCST  expC4<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC3<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC2<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC1<>+0(SB), Z3, Z4
+	VFMADD213PS.BCST  expC0<>+0(SB), Z3, Z4
+	VMULPS            Z3, Z3, Z5
+	VFMADD213PS       Z3, Z5, Z4
+	VADDPS.BCST       one<>+0(SB), Z4, Z4
+	VCVTTPS2DQ        Z2, Z2
+	VPSLLD            $0x17, Z2, Z2
+	VPADDD            Z2, Z4, Z4
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z1, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z1, K2
+	VPXORD            Z7, Z7, Z7
+	VBROADCASTSS      posInf<>+0(SB), Z2
+	VBLENDMPS         Z7, Z4, K1, Z4
+	VBLENDMPS         Z2, Z4, K2, Z4
+	VPMOVD2M          Z1, K1
+	VADDPS.BCST       one<>+0(SB), Z1, Z1
+	VBLENDMPS         Z4, Z1, K1, Z1
+	VMOVUPS           Z0, (AX)
+	VMOVUPS           Z1, 64(AX)
+	ADDQ              $0x80, CX
+	ADDQ              $0x80, AX
+	SUBQ              $0x20, DX
+	JMP               loop32
+
+loop16:
+	CMPQ              DX, $0x10
+	JL                tail
+	VMOVUPS           (CX), Z0
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z1
+	VRNDSCALEPS       $0x00, Z1, Z1
+	VMOVAPS           Z0, Z2
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z1, Z2
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z1, Z2
+	VBROADCASTSS      expC5<>+0(SB), Z3
+	VFMADD213PS.BCST  expC4<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC3<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC2<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC1<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC0<>+0(SB), Z2, Z3
+	VMULPS            Z2, Z2, Z4
+	VFMADD213PS       Z2, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ        Z1, Z1
+	VPSLLD            $0x17, Z1, Z1
+	VPADDD            Z1, Z3, Z3
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K1
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K2
+	VPXORD            Z8, Z8, Z8
+	VBROADCASTSS      posInf<>+0(SB), Z1
+	VBLENDMPS         Z8, Z3, K1, Z3
+	VBLENDMPS         Z1, Z3, K2, Z3
+	VPMOVD2M          Z0, K1
+	VADDPS.BCST       one<>+0(SB), Z0, Z0
+	VBLENDMPS         Z3, Z0, K1, Z0
+	VMOVUPS           Z0, (AX)
+	ADDQ              $0x40, CX
+	ADDQ              $0x40, AX
+	SUBQ              $0x10, DX
+
+tail:
+	TESTQ             DX, DX
+	JZ                end
+	MOVL              $0x0000ffff, BX
+	MOVQ              $0x00000010, SI
+	CMPQ              DX, SI
+	CMOVQGT           SI, DX
+	BZHIL             DX, BX, DX
+	KMOVW             DX, K1
+	VMOVUPS.Z         (CX), K1, Z0
+	VMULPS.BCST       expLog2e<>+0(SB), Z0, Z1
+	VRNDSCALEPS       $0x00, Z1, Z1
+	VMOVAPS           Z0, Z2
+	VFNMADD231PS.BCST expLn2Hi<>+0(SB), Z1, Z2
+	VFNMADD231PS.BCST expLn2Lo<>+0(SB), Z1, Z2
+	VBROADCASTSS      expC5<>+0(SB), Z3
+	VFMADD213PS.BCST  expC4<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC3<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC2<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC1<>+0(SB), Z2, Z3
+	VFMADD213PS.BCST  expC0<>+0(SB), Z2, Z3
+	VMULPS            Z2, Z2, Z4
+	VFMADD213PS       Z2, Z4, Z3
+	VADDPS.BCST       one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ        Z1, Z1
+	VPSLLD            $0x17, Z1, Z1
+	VPADDD            Z1, Z3, Z3
+	VCMPPS.BCST       $0x11, expLo<>+0(SB), Z0, K2
+	VCMPPS.BCST       $0x1e, expHi<>+0(SB), Z0, K3
+	VPXORD            Z9, Z9, Z9
+	VBROADCASTSS      posInf<>+0(SB), Z1
+	VBLENDMPS         Z9, Z3, K2, Z3
+	VBLENDMPS         Z1, Z3, K3, Z3
+	VPMOVD2M          Z0, K2
+	VADDPS.BCST       one<>+0(SB), Z0, Z0
+	VBLENDMPS         Z3, Z0, K2, Z0
+	VMOVUPS           Z0, K1, (AX)
 
 end:
 	VZEROUPPER

@@ -839,3 +839,44 @@ func TestPrefetch(t *testing.T) {
 	Prefetch([]int32(nil))
 	Prefetch(make([]float32, 3)[1:])
 }
+
+// TestELU1 checks ELU1 against its definition in each family: the
+// family's own exponential where the sign bit is set, x+1 elsewhere, bit
+// for bit, over the special values, a sweep of every exponent and sign,
+// and random slices of every tail length, in place and not.
+func TestELU1(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := [][]float32{append(expSpecials(), expSweep()...), {float32(math.Copysign(math.NaN(), -1))}}
+	for _, n := range testLengths {
+		cases = append(cases, randSlice(r, n, -12, 4))
+	}
+	forEachImpl(t, func(t *testing.T, impl implementation) {
+		for _, x := range cases {
+			want := make([]float32, len(x))
+			impl.exp(want, x)
+			for i, v := range x {
+				if !math.Signbit(float64(v)) {
+					want[i] = v + 1
+				}
+			}
+			out := newGuarded(len(x))
+			in := guardedCopy(x)
+			impl.elu1Of(out.v, in.v)
+			out.check(t, "dst")
+			in.check(t, "x")
+			same := append([]float32(nil), x...)
+			impl.elu1Of(same, same)
+			for i := range x {
+				if math.Float32bits(out.v[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("len %d: ELU1(%v) = %v, want %v", len(x), x[i], out.v[i], want[i])
+				}
+				if math.Float32bits(same[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("len %d, in place: ELU1(%v) = %v, want %v", len(x), x[i], same[i], want[i])
+				}
+				if math.Float32bits(in.v[i]) != math.Float32bits(x[i]) {
+					t.Fatalf("x[%d] changed", i)
+				}
+			}
+		}
+	})
+}

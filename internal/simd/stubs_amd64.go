@@ -20,6 +20,11 @@ func expSumAVX2(x []float32, shift float32) float32
 //go:noescape
 func expAVX2(dst []float32, x []float32)
 
+// elu1AVX2 sets dst[i] = elu(x[i])+1 for i < len(x) (see ELU1).
+//
+//go:noescape
+func elu1AVX2(dst []float32, x []float32)
+
 // maxAVX2 returns the largest element of x, -Inf if x is empty, NaN if x holds a NaN.
 //
 //go:noescape
@@ -355,6 +360,11 @@ func expSumAVX512(x []float32, shift float32) float32
 //
 //go:noescape
 func expAVX512(dst []float32, x []float32)
+
+// elu1AVX512 is elu1AVX2 with AVX-512.
+//
+//go:noescape
+func elu1AVX512(dst []float32, x []float32)
 
 // expMulAVX512 is expMulAVX2 with AVX-512.
 //

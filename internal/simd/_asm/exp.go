@@ -85,7 +85,10 @@ func expVec(x VecVirtual) VecVirtual {
 // nil) is stored to dst and, when sum is true, added to a sum. The tail
 // of len%8 elements goes through the same code with masked loads and
 // stores. It returns the sum register (nil when sum is false).
-func expLoop(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual {
+//
+// post, when not nil, turns each group's exponentials e of the inputs x
+// into what is stored (and summed) instead.
+func expLoop(dst, src Mem, n Register, shift VecVirtual, sum bool, post func(x, e VecVirtual) VecVirtual) VecVirtual {
 	var sums []VecVirtual
 	if sum {
 		sums = newYMMs(2)
@@ -98,6 +101,9 @@ func expLoop(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual {
 			VSUBPS(shift, v, v)
 		}
 		e := expVec(v)
+		if post != nil {
+			e = post(v, e)
+		}
 		if sum {
 			VADDPS(e, sums[acc], sums[acc])
 		}
@@ -147,6 +153,9 @@ func expLoop(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual {
 			VSUBPS(shift, v, v)
 		}
 		e := expVec(v)
+		if post != nil {
+			e = post(v, e)
+		}
 		VMASKMOVPS(e, mask, dst)
 		if sum {
 			// The masked-off lanes hold exp(0 - shift): drop them.
@@ -171,7 +180,7 @@ func expSum() {
 	sx := Load(Param("shift"), XMM())
 	shift := YMM()
 	VBROADCASTSS(sx, shift)
-	s := expLoop(p, p, n, shift, true)
+	s := expLoop(p, p, n, shift, true, nil)
 	Store(reduceAdd(s), ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -184,7 +193,26 @@ func exp() {
 	d := Mem{Base: Load(Param("dst").Base(), GP64())}
 	x := Mem{Base: Load(Param("x").Base(), GP64())}
 	n := Load(Param("x").Len(), GP64())
-	expLoop(d, x, n, nil, false)
+	expLoop(d, x, n, nil, false, nil)
+	VZEROUPPER()
+	RET()
+}
+
+// elu1 emits elu1AVX2: exp's loop with each result where x ≥ 0 (its sign
+// bit clear) replaced by x+1.
+func elu1() {
+	TEXT("elu1AVX2", NOSPLIT, "func(dst, x []float32)")
+	Pragma("noescape")
+	Doc("elu1AVX2 sets dst[i] = elu(x[i])+1 for i < len(x) (see ELU1).")
+	d := Mem{Base: Load(Param("dst").Base(), GP64())}
+	x := Mem{Base: Load(Param("x").Base(), GP64())}
+	n := Load(Param("x").Len(), GP64())
+	expLoop(d, x, n, nil, false, func(x, e VecVirtual) VecVirtual {
+		t := YMM()
+		VADDPS(one, x, t)
+		VBLENDVPS(x, e, t, t) // e where x's sign bit is set
+		return t
+	})
 	VZEROUPPER()
 	RET()
 }

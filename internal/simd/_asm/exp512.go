@@ -20,7 +20,7 @@ func exp512() {
 	sx := Load(Param("shift"), XMM())
 	shift := ZMM()
 	VBROADCASTSS(sx, shift)
-	s := expLoop512(p, p, n, shift, true)
+	s := expLoop512(p, p, n, shift, true, nil)
 	Store(reduce16(s, false), ReturnIndex(0))
 	VZEROUPPER()
 	RET()
@@ -31,7 +31,24 @@ func exp512() {
 	d := Mem{Base: Load(Param("dst").Base(), GP64())}
 	x := Mem{Base: Load(Param("x").Base(), GP64())}
 	n = Load(Param("x").Len(), GP64())
-	expLoop512(d, x, n, nil, false)
+	expLoop512(d, x, n, nil, false, nil)
+	VZEROUPPER()
+	RET()
+
+	TEXT("elu1AVX512", NOSPLIT, "func(dst, x []float32)")
+	Pragma("noescape")
+	Doc("elu1AVX512 is elu1AVX2 with AVX-512.")
+	d = Mem{Base: Load(Param("dst").Base(), GP64())}
+	x = Mem{Base: Load(Param("x").Base(), GP64())}
+	n = Load(Param("x").Len(), GP64())
+	expLoop512(d, x, n, nil, false, func(x, e VecVirtual) VecVirtual {
+		neg := K()
+		VPMOVD2M(x, neg) // the sign bits
+		t := ZMM()
+		VADDPS_BCST(one, x, t)
+		VBLENDMPS(e, t, neg, t)
+		return t
+	})
 	VZEROUPPER()
 	RET()
 }
@@ -70,7 +87,7 @@ func expVec512(x VecVirtual) VecVirtual {
 
 // expLoop512 is expLoop with zmm registers: 32 values an iteration in
 // two chains, then 16, then the last n%16 under a mask.
-func expLoop512(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual {
+func expLoop512(dst, src Mem, n Register, shift VecVirtual, sum bool, post func(x, e VecVirtual) VecVirtual) VecVirtual {
 	var sums []VecVirtual
 	if sum {
 		sums = newZMMs(2)
@@ -83,6 +100,9 @@ func expLoop512(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual
 			VSUBPS(shift, v, v)
 		}
 		e := expVec512(v)
+		if post != nil {
+			e = post(v, e)
+		}
 		if sum {
 			VADDPS(e, sums[acc], sums[acc])
 		}
@@ -131,6 +151,9 @@ func expLoop512(dst, src Mem, n Register, shift VecVirtual, sum bool) VecVirtual
 			VSUBPS(shift, v, v)
 		}
 		e := expVec512(v)
+		if post != nil {
+			e = post(v, e)
+		}
 		VMOVUPS(e, km, dst)
 		if sum {
 			// The masked-off lanes hold exp(0 - shift): add the others.

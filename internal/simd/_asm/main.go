@@ -35,6 +35,7 @@ func main() {
 	gemm()
 	expSum()
 	exp()
+	elu1()
 	maxKernel()
 	scaleKernel()
 	dot()
