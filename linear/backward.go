@@ -131,22 +131,38 @@ func (a *Attention) BackwardSkipped(ctx context.Context, s attn.Shape, q, k, v, 
 	pairs := s.B * s.HKV
 	g.pairs = make([]gradPair, pairs)
 	procs := runtime.GOMAXPROCS(0)
-	if err := parallel.For(ctx, o.WorkerCount(procs, pairs), pairs,
-		func() struct{} { return struct{}{} },
-		func(_ struct{}, n int) error { g.prepare(n); return nil }); err != nil {
-		return nil, err
-	}
-	err := parallel.For(ctx, o.WorkerCount(procs, 2*pairs), 2*pairs,
-		g.newWork,
-		func(w *gradWork, n int) error {
-			if n%2 == 0 {
-				return g.queries(ctx, w, n/2)
+	var err error
+	if nw := o.WorkerCount(procs, pairs); pairs >= 2*nw {
+		// Enough pairs to keep the workers busy one pair each: a pair's
+		// operands are used while they are still in cache, and its slab
+		// goes back to the pool for the next pair, so that the pass
+		// writes the same memory again rather than megabytes more.
+		err = parallel.For(ctx, nw, pairs, g.newWork, func(w *gradWork, n int) error {
+			g.prepare(n)
+			defer g.release(n)
+			if err := g.queries(ctx, w, n); err != nil {
+				return err
 			}
-			return g.keys(ctx, w, n/2)
+			return g.keys(ctx, w, n)
 		})
-	for i := range g.pairs {
-		if sl := g.pairs[i].slab; sl != nil {
-			slabPool.Put(sl)
+	} else {
+		// Few pairs: the operands of them all first, then their
+		// queries and keys as separate tasks, twice the parallelism.
+		err = parallel.For(ctx, nw, pairs,
+			func() struct{} { return struct{}{} },
+			func(_ struct{}, n int) error { g.prepare(n); return nil })
+		if err == nil {
+			err = parallel.For(ctx, o.WorkerCount(procs, 2*pairs), 2*pairs,
+				g.newWork,
+				func(w *gradWork, n int) error {
+					if n%2 == 0 {
+						return g.queries(ctx, w, n/2)
+					}
+					return g.keys(ctx, w, n/2)
+				})
+		}
+		for i := range g.pairs {
+			g.release(i)
 		}
 	}
 	if err != nil {
@@ -210,6 +226,14 @@ func getSlab(n int) *[]float32 {
 	}
 	p := make([]float32, n)
 	return &p
+}
+
+// release returns pair n's slab, if it has one, to slabPool.
+func (g *gradPass) release(n int) {
+	if sl := g.pairs[n].slab; sl != nil {
+		slabPool.Put(sl)
+		g.pairs[n].slab = nil
+	}
 }
 
 // pairFloats returns the float32s prepare allocates for one pair (ints
