@@ -312,14 +312,22 @@ func TestBackwardEmptyRows(t *testing.T) {
 
 // TestBackwardWorkers: every output is written by one task in a fixed
 // order, so the worker count does not change a bit, whatever the mask.
+// With four pairs, 1 and 2 workers take a pair at a time and 3 and 8
+// split each pair's queries from its keys.
 func TestBackwardWorkers(t *testing.T) {
-	s := attn.Shape{B: 1, H: 4, HKV: 1, N: 150, M: 170, D: 40}
+	for _, s := range []attn.Shape{{B: 1, H: 4, HKV: 1, N: 150, M: 170, D: 40}, {B: 2, H: 4, HKV: 2, N: 150, M: 170, D: 40}} {
+		testBackwardWorkers(t, s)
+	}
+}
+
+func testBackwardWorkers(t *testing.T, s attn.Shape) {
 	rng := rand.New(rand.NewPCG(34, 34))
 	q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 	g := ref.Normal(rng, s.QLen())
 	ctx := context.Background()
+	kvlen := func(n ...int) []int { return n[:s.B] }
 	for _, a := range []*Attention{New(Config{Chunk: 16}), New(Config{Map: expMap{}, Chunk: 16})} {
-		for _, o := range []attn.Options{{}, {Causal: true}, {Causal: true, KVLen: []int{131}}, {KVLen: []int{77}}} {
+		for _, o := range []attn.Options{{}, {Causal: true}, {Causal: true, KVLen: kvlen(131, 170)}, {KVLen: kvlen(77, 12)}} {
 			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
 			if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
 				t.Fatal(err)
