@@ -509,3 +509,31 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("Attend short q: %v", err)
 	}
 }
+
+// TestTranspose: transpose moves every value of the source and nothing
+// else, for sizes that leave partial panels and column blocks, with
+// strides past the data.
+func TestTranspose(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 41))
+	for _, sz := range [][2]int{{1, 1}, {16, 64}, {37, 70}, {5, 130}, {64, 17}} {
+		rows, cols := sz[0], sz[1]
+		lds, ldd := cols+3, rows+5
+		src := ref.Normal(rng, rows*lds)
+		dst := make([]float32, cols*ldd)
+		for i := range dst {
+			dst[i] = -7
+		}
+		transpose(dst, ldd, src, lds, rows, cols)
+		for c := range cols {
+			for r := range ldd {
+				want := float32(-7)
+				if r < rows {
+					want = src[r*lds+c]
+				}
+				if got := dst[c*ldd+r]; got != want {
+					t.Fatalf("%d×%d: dst[%d][%d] = %v, want %v", rows, cols, c, r, got, want)
+				}
+			}
+		}
+	}
+}
