@@ -230,10 +230,9 @@ func (c *Cache) decodeRows(g int) int {
 // (Hkv = 1 of H = 32) do enough arithmetic per byte to be bound by it
 // rather than by memory. They take the fused tile kernel (fusedDecode)
 // unless rows must be checked against a window; on that path the kernels
-// without prefetch hints are faster (measured on Zen 3 at g = 32: 4–5%
-// for each kernel), and so is widening a block of 16-bit values once into
-// a float32 scratch rather than once per 6-row block of queries (about
-// 15%).
+// without prefetch hints are faster, and so is widening a block of 16-bit
+// values once into a float32 scratch rather than once per 6-row block of
+// queries (figures: results/2026-12-07, "Figures moved out of code comments").
 const streamGroup = 15
 
 // decode attends one query per head, at position p, to the held rows, in
@@ -328,9 +327,8 @@ func getParts(n int) *[]float32 {
 // each lseStride further. It is attn.MergeRow over the spans in one pass:
 // the weights exp(lse - max) with one exp a span, a vector multiply-add
 // a span and one log, where merging pair by pair took two exps, a log and
-// a scalar loop a span: with Hkv = 1 of H = 32 and 1024 positions
-// (4 spans a row, merged on one thread) MergeRow had 13% of a step's CPU
-// profile on Zen 3, mergeSpans under 1%.
+// a scalar loop a span, a large share of a step with many spans a row
+// (figures: results/2026-12-07, "Figures moved out of code comments").
 func mergeSpans(o []float32, l *float32, part []float32, lses []float32, spans, stride, lseStride int) {
 	m := math.Inf(-1)
 	for sp := range spans {
@@ -512,8 +510,7 @@ func (c *Cache) checkRows() bool {
 // hardware prefetcher follows one line at a time (V in column panels, K a
 // few rows at a time); this plain pass puts all of the block's lines in
 // flight at once, so they arrive at streaming speed and the kernels then
-// read the L2 cache. Measured in one run (f32, Hkv=8, 65536 positions):
-// 15.5 GB/s without, 20.3 GB/s with.
+// read the L2 cache.
 //
 // Its loads hold up the core until their lines arrive, so nothing else
 // runs meanwhile. For groups of up to streamGroup query heads the
@@ -524,13 +521,7 @@ func (c *Cache) checkRows() bool {
 // than it brings. A float32 block, twice the bytes for the same
 // arithmetic, is only partly in (see the prefetcher in _asm/kv.go of
 // package simd), and so is a 16-bit one for a single query head, whose
-// keys go by the fastest: those are touched still. Measured in one run on
-// one core streaming one head (4 query heads, D = 128; µs per 64 rows,
-// the old path being the touch, no prefetch, and for bf16 a widened copy
-// of V): bf16 4.54 old, 3.54 prefetch and touch, 3.26 prefetch alone,
-// 2.36 the touch pass alone; f32 7.25 old, 6.22 prefetch and touch, 8.02
-// prefetch alone, 5.39 the touch pass alone. With 1 query head, bf16:
-// 3.52 old, 3.32 prefetch and touch, 3.72 prefetch alone.
+// keys go by the fastest: those are touched still.
 //
 // A bfloat16 block is touched whole all the same, with the prefetch
 // kept: where the CPU has bfloat16 arithmetic (simd.NativeBF16) its
@@ -544,13 +535,11 @@ func (c *Cache) checkRows() bool {
 // than the pass reads; GemmI8 a line per 4 steps of k, what a pass
 // reads), so that at Hkv = 8 the step is bound by their arithmetic: in a
 // profile they ran at their speed in L1. Touching every block measured no
-// different (8 interleaved runs, 16k and 64k positions).
+// different.
 //
-// A float32 block is read whole, with vector loads (simd.ReadSum): one
-// core then reads DRAM at 16.5 GB/s against 14.7 GB/s reading one element
-// a line (Zen 3, blocks of 64 rows, K then V, one run), and the decode
-// step (Hkv = 8, 16k and 64k positions) ran 5.6% faster in the geometric
-// mean of 8 interleaved runs, within the ±8–17% noise of this machine.
+// A float32 block is read whole, with vector loads (simd.ReadSum), which
+// one core streams faster than a load an element a line. The figures
+// behind each choice: results/2026-12-07, "Figures moved out of code comments".
 func (c *Cache) touch(sc *decodeScratch, off, nb int) {
 	n := nb * c.stride
 	switch c.cfg.DType {

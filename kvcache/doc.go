@@ -87,8 +87,8 @@
 // measured in the same run; the README quotes it). The rows
 // sit on transparent huge pages where Linux allows. Large groups (more than 15
 // query heads a KV head, such as MQA with H = 32) do 2·H/Hkv flops for
-// every value read, too many for memory to be the limit on a machine of
-// 200 GFLOP/s and 25 GB/s; their query rows fill the panels of the fused
+// every value read, more than the FMA rate over the DRAM rate of the
+// CPUs this package has run on; their query rows fill the panels of the fused
 // tile kernel (simd.AttendPanels) instead, as a prefill tile would.
 //
 // # Sliding windows

@@ -105,9 +105,10 @@
 // accumulators: each step of k loads 16 values of B, broadcasts 6 of A
 // and does 12 FMAs, 2·6·16 flops for 8 loads. The assembly loops over
 // row blocks and, inside each, over 16-column panels, so one call does a
-// whole tile; the m%6 last rows get a block of their own height. On AMD
-// Zen 3 it reaches 91–97% of the FMA peak of a core (FMAPeak) for
-// m = 64, n = 64..128, k = 64..128.
+// whole tile; the m%6 last rows get a block of their own height.
+// BenchmarkGemm gives its share of the FMA peak of a core (FMAPeak) on
+// the tile shapes; the figures of the machines it has run on are in
+// results/2026-12-07, "Figures moved out of code comments".
 //
 // Exp is the Cody–Waite scheme: n = round(x·log2 e), r = x − n·ln 2
 // with ln 2 split in two parts, a degree-5 polynomial in r for
@@ -124,9 +125,8 @@
 // multiplies the tile of dP − D by them, dS = P ∘ (dP − D), in one pass
 // over both. Its exponential is OnlineSoftmax's (below), 2^(x·log2 e),
 // about half the vector instructions of Exp's, four vectors at a time
-// with each constant loaded once for the four: about 0.3 ns a value on
-// Zen 3 (4096 values in L1), where Exp alone takes about 0.45 ns and a
-// scalar Go multiply by the result another 0.6 ns. The Go version takes the same steps (without
+// with each constant loaded once for the four: less time than Exp alone,
+// and no separate pass to multiply by the result. The Go version takes the same steps (without
 // fused multiply-adds); both give g the exact float32 product of its old
 // value and the new p.
 //
@@ -141,10 +141,8 @@
 // each key row once for all of them: blocks of 4 rows × 3 keys (3 × 4,
 // 2 × 6, 1 × 8 for fewer rows) keep 12 accumulators for the whole row
 // length, each 8 columns of a key loaded once and multiplied into the 4
-// query rows, and their lanes are summed once at the end of the block.
-// On Zen 3 it reaches about 80% of FMAPeak for 4 rows, 64 keys and
-// d = 128 (about 40 GB/s of keys), about 68% for d = 64, where the final
-// sums weigh more. DotRowsBF16 and DotRowsF16 are the same code (one
+// query rows, and their lanes are summed once at the end of the block,
+// which weighs more at d = 64 than at 128. DotRowsBF16 and DotRowsF16 are the same code (one
 // avo generator, parameterised by the load of 8 keys) with 16-bit keys
 // widened in registers as WidenBF16 and WidenF16 do, so that a 16-bit
 // cache is read once, at half the bytes, with no float32 copy; their Go
@@ -160,19 +158,16 @@
 // instruction on the shuffle ports where VPMOVZXWD and a shift per 8
 // values take four, and keeps the even and the odd columns of each row of
 // C in its two accumulators, splitting C as it loads a panel and
-// interleaving it back as it stores it. For 4 rows, 64 keys and d = 128,
-// in L1, GemmBF16 runs at about 88% of FMAPeak, 1.6 times as fast as
-// WidenBF16 then Gemm (BenchmarkGemm16).
+// interleaving it back as it stores it, faster than WidenBF16 then Gemm
+// (BenchmarkGemm16).
 //
 // DotRowsI8, DotRowsI8PF and GemmI8 are the same generators again with
 // int8 keys and values, 8 codes widened by VPMOVSXBD from memory and
 // VCVTDQ2PS, exactly; an int8 row's float32 scale is the caller's to
 // apply, once a key with ScaleColumns (to the scores after DotRowsI8, to
 // the probabilities before GemmI8) rather than once a value. In L1 they
-// run at the speed of the bfloat16 kernels: for 4 rows, 64 keys and d =
-// 128, DotRowsI8 at about 69% of FMAPeak and GemmI8 at about 83%
-// (BenchmarkI8). WidenI8 widens whole rows times their scales, for the
-// fused tile kernel.
+// run at about the speed of the bfloat16 kernels (BenchmarkI8). WidenI8
+// widens whole rows times their scales, for the fused tile kernel.
 //
 // The decode kernels with a prefetch hint (DotRowsPF, DotRowsBF16PF,
 // DotRowsF16PF, DotRowsI8PF, GemmBF16, GemmF16, GemmI8 and GemmPF, which
@@ -192,8 +187,8 @@
 // rows or by columns, so the rows of K serve as A of Sᵀ = K·Qᵀ and the
 // rows of V as Vᵀ of Oᵀ += Vᵀ·Pᵀ. The blocks advance their pointers once
 // every four steps of k (displacements, or an index register for a
-// stride only known at run time). On Zen 3 it reaches 91–97% of FMAPeak
-// on the attention shapes (BenchmarkGemmPanels).
+// stride only known at run time). BenchmarkGemmPanels gives its share of
+// FMAPeak on the attention shapes.
 //
 // OnlineSoftmax does one step of the online softmax on such panels: the
 // maximum, the factor that brings the old sum and accumulator to it, and
@@ -207,7 +202,7 @@
 // 0 once t is clamped to -127, so -Inf and every t below -127 give 0
 // without a compare (about 15 vector instructions for 8 values, four
 // exponentials interleaved stage by stage). Seven of them run on the two
-// FMA ports, which bound the loop on Zen 3. AttendPanels fuses both
+// FMA ports, which bound the loop where a core has two. AttendPanels fuses both
 // products and the softmax of an unmasked tile panel by panel, taking
 // the maximum of the logits as the first product stores them and
 // prefetching the next tile into L2; its exponentials add n << 23 to the

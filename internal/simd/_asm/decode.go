@@ -53,9 +53,9 @@ func gemm16() {
 // hold the even and the odd columns of C. The panel splits C that way
 // when it loads it and interleaves it back when it stores it (shuffles
 // once a panel, not once a step). VPMOVZXWD and a shift per 8 values,
-// four instructions for the shuffle and shift ports of Zen 3 per 16
-// values where the split has one, ran the decode step's 4 × 16 blocks at
-// about 70% of the FMA peak, the split at about 88%.
+// four instructions for the shuffle and shift ports per 16 values where
+// the split has one, ran the decode step's 4 × 16 blocks markedly slower
+// (figures: results/2026-12-07, "Figures moved out of code comments").
 func gemm16Kernel(name string, ke kElem, split bool, doc ...string) {
 	gemm16KernelOf(name, map[int]string{1: "[]int8", 2: "[]uint16", 4: "[]float32"}[ke.size], ke, split, doc...)
 }

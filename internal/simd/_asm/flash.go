@@ -733,7 +733,7 @@ func exp2Lanes(ts []VecVirtual, clamp VecVirtual) {
 
 // exp2LanesFast is exp2Lanes for the unmasked tiles of AttendPanels, with
 // one fewer instruction on the FMA ports a vector (which bound the
-// softmax on Zen 3): 2^n is added
+// softmax where a core has two): 2^n is added
 // into the exponent field of 2^r as an integer, n << 23, rather than
 // multiplied in. t is clamped at -126 so that the sum never reaches
 // below the smallest exponent: a lane at or below -126 gives a value in

@@ -121,10 +121,10 @@ func widen(name, doc string, conv func(src Mem, v VecVirtual), scalar func(src, 
 // the n%widest keys left, each at most once. The widest blocks have 8 to
 // 12 accumulators, so 8 to 12 FMA chains (FMA latency 4 × 2 pipes is 8),
 // and with the vectors held for 8 columns and a temporary fill the 16
-// ymm registers. Measured on Zen 3 against narrower blocks (4×2, 3×2,
-// 2×4), these are up to 20% faster: the horizontal sums at the end of a
-// block cost about as much as a third of its FMAs at d = 64, and wider
-// blocks do fewer of them per key.
+// ymm registers. They measured faster than narrower blocks (4×2, 3×2,
+// 2×4; figures: results/2026-12-07, "Figures moved out of code comments"): the horizontal sums at the end of a
+// block cost a good part of its FMAs at d = 64, and wider blocks do fewer
+// of them per key.
 func dotRowsKeys(r int) []int {
 	switch r {
 	case 1:
@@ -645,10 +645,8 @@ func reduceMany(a []VecVirtual) VecVirtual {
 // for narrower ones. A float32 block of keys and values takes twice as
 // long to arrive as a 16-bit one for the same arithmetic, and at one line
 // a pass DotRows prefetched at half the rate of memory while Gemm, at two
-// lines per 4 steps of k, kept up with it. Measured on Zen 3 (decode step,
-// H = 32, Hkv = 8, D = 128, 16k and 64k positions, 31 paired runs in one
-// process, two runs): 2 lines made the float32 step 4–5% faster and left
-// the bf16 step where it was (−2% to +1%).
+// lines per 4 steps of k, kept up with it. 2 lines made the float32 step
+// faster and left the bf16 step where it was (figures: results/2026-12-07, "Figures moved out of code comments").
 func pfLinesPerPass(ke kElem) int {
 	if ke.size == 4 {
 		return 2
@@ -664,17 +662,14 @@ func pfLinesPerPass(ke kElem) int {
 // The rate is that of the kernels' inner loops: one line per pass over
 // 16 columns of a DotRows block (J keys; two for float32 keys, see
 // pfLinesPerPass), two per 4 steps of k of a Gemm block, about one line
-// every 12 to 16 cycles for the decode step's shapes. Measured on Zen 3
-// (one core streaming a bf16 cache, 4 query rows): prefetching as many
+// every 12 to 16 cycles for the decode step's shapes. Prefetching as many
 // lines as the kernels read instead (2 a pass of DotRows, 3 for float32
 // keys) stalls the kernels on the prefetches, once the core's misses in
-// flight are at their limit, and the step is about 5% slower;
-// PREFETCHT1, PREFETCHT2 and PREFETCHNTA did no better than PREFETCHT0.
-// So with float32 blocks: kernels prefetching all of the next block (3
-// lines a DotRows pass, 4 a Gemm pass) and no touch ran a stream of
-// 64-row blocks (4 query rows, D = 128) at 0.58–0.59 of the rate of
-// reading it alone, against 0.80–0.93 for the touch with these rates
-// (one process, 11 interleaved rounds, 1 and 2 cores).
+// flight are at their limit, and the step was slower; PREFETCHT1,
+// PREFETCHT2 and PREFETCHNTA did no better than PREFETCHT0. So with
+// float32 blocks, kernels prefetching all of the next block and no touch
+// streamed slower than the touch with these rates (figures:
+// results/2026-12-07, "Figures moved out of code comments").
 type prefetcher struct {
 	p, end Mem
 }

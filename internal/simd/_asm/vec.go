@@ -309,7 +309,8 @@ func readSum() {
 }
 
 // peakChains is the number of independent FMA chains of fmaPeakAVX2:
-// more than latency (4 on Zen 3, 4 on Intel) × FMA pipes (2).
+// more than the FMA latency (4 cycles on the x86 cores of today) × FMA
+// pipes (2).
 const peakChains = 12
 
 // fmaPeak emits fmaPeakAVX2: iters rounds of one VFMADD231PS on each of
