@@ -24,9 +24,9 @@ type Config struct {
 
 // The default tiles: 4 panels of 16 query rows against 64 keys. Tiles of
 // 96 × 96 (whole register blocks in both directions) run dense attention
-// about 1% faster in isolation, nothing measurable in a whole call, but
-// they straddle the 64-key blocks of block-sparse patterns (package
-// sparse), which then take the masked path 2–4 times as often.
+// no faster in a whole call, and they straddle the 64-key blocks of
+// block-sparse patterns (package sparse), which then take the masked
+// path several times as often (figures: results/2026-12-07, "Figures moved out of code comments").
 const (
 	defaultBlockRows = 64
 	defaultBlockK    = 64

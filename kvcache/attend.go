@@ -600,9 +600,8 @@ func (c *Cache) scores(sc *decodeScratch, off, nb, g int, nextOff, nextN int) {
 		} else {
 			simd.DotRowsI8PF(sc.s, sc.lds, sc.q, st, g, c.kq[off:][:n], st, nb, d, c.kq[nextOff:][:nextN*st])
 		}
-		// The scores of the codes, times each row's scale. With the
-		// vector kernel rather than a Go loop the step (Hkv = 8, 16k
-		// and 64k positions) ran 11–15% faster, 8 interleaved runs.
+		// The scores of the codes, times each row's scale, in the
+		// vector kernel rather than a Go loop (faster: results/2026-12-07, "Figures moved out of code comments").
 		simd.ScaleColumns(sc.s, sc.lds, g, c.ks[off/st:][:nb])
 	case nextN == 0:
 		simd.DotRowsF16(sc.s, sc.lds, sc.q, st, g, c.kh[off:][:n], st, nb, d)

@@ -241,9 +241,10 @@ func (t *tile) finish(x int) (float32, bool) {
 // gatherKV writes row rows[j] of k (rows of d floats) to column j of kt
 // (row stride ldk) and row rows[j] of v to row j of vp (row stride ldv).
 // Eight keys at a time: each write to kt then fills consecutive floats of
-// one row (about 2.5 times faster than one key at a time, whose strided
-// writes each touch a new cache line), and the reads of sixteen rows are
-// in flight together, which matters when they miss the cache.
+// one row (faster than one key at a time, whose strided writes each touch
+// a new cache line; figures: results/2026-12-07, "Figures moved out of code comments"), and the reads of
+// sixteen rows are in flight together, which matters when they miss the
+// cache.
 func gatherKV(kt []float32, ldk int, vp []float32, ldv int, k, v []float32, d int, rows []int32) {
 	j := 0
 	for ; j+8 <= len(rows); j += 8 {

@@ -208,8 +208,8 @@
 // prefetching the next tile into L2; its exponentials add n << 23 to the
 // bits of 2^r instead of multiplying, one fewer instruction on those
 // ports (t clamped to -126 then, giving a value below 2^-126 rather than
-// 0: its logits are finite). It runs a tile at about 86% (D = 64) and
-// 91% (D = 128) of FMAPeak (BenchmarkAttendPanels). PanelFromRows and RowsFromPanel move up to 16
+// 0: its logits are finite). BenchmarkAttendPanels gives its share of
+// FMAPeak. PanelFromRows and RowsFromPanel move up to 16
 // rows into and out of a panel, 8×8 blocks at a time through
 // VUNPCKLPS/VSHUFPS/VPERM2F128 transposes.
 //
