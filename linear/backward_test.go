@@ -499,38 +499,43 @@ func TestBackwardErrors(t *testing.T) {
 }
 
 // BenchmarkBackward times a forward and a backward pass of elu+1
-// attention at B = 1, H = 8, D = 64 and N = M = 2048, alternating the two
-// in one loop so that both see the same machine load; bwd/fwd is the
-// ratio of their mean times.
+// attention at B = 1, H = 8, D = 64 and N = M = 2048 and 8192,
+// alternating the two in one loop so that both see the same machine load;
+// bwd/fwd is the ratio of their mean times.
 func BenchmarkBackward(b *testing.B) {
-	for _, causal := range []bool{false, true} {
-		s := attn.Shape{B: 1, H: 8, HKV: 8, N: 2048, M: 2048, D: 64}
-		b.Run(fmt.Sprintf("d64/n2048/causal=%v", causal), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
-			g := ref.Normal(rng, s.QLen())
-			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-			dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
-			o := attn.Options{Causal: causal}
-			a := New(Config{})
-			ctx := context.Background()
-			var tf, tb time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
-					b.Fatal(err)
-				}
-				tf += t1.Sub(t0)
-				tb += time.Since(t1)
-			}
-			n := float64(b.N)
-			b.ReportMetric(tf.Seconds()/n*1e3, "fwd-ms")
-			b.ReportMetric(tb.Seconds()/n*1e3, "bwd-ms")
-			b.ReportMetric(tb.Seconds()/tf.Seconds(), "bwd/fwd")
-		})
+	for _, n := range []int{2048, 8192} {
+		for _, causal := range []bool{false, true} {
+			benchmarkBackward(b, attn.Shape{B: 1, H: 8, HKV: 8, N: n, M: n, D: 64}, causal)
+		}
 	}
+}
+
+func benchmarkBackward(b *testing.B, s attn.Shape, causal bool) {
+	b.Run(fmt.Sprintf("d64/n%d/causal=%v", s.N, causal), func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
+		g := ref.Normal(rng, s.QLen())
+		out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
+		dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
+		o := attn.Options{Causal: causal}
+		a := New(Config{})
+		ctx := context.Background()
+		var tf, tb time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
+				b.Fatal(err)
+			}
+			tf += t1.Sub(t0)
+			tb += time.Since(t1)
+		}
+		n := float64(b.N)
+		b.ReportMetric(tf.Seconds()/n*1e3, "fwd-ms")
+		b.ReportMetric(tb.Seconds()/n*1e3, "bwd-ms")
+		b.ReportMetric(tb.Seconds()/tf.Seconds(), "bwd/fwd")
+	})
 }
