@@ -328,17 +328,17 @@ func (c *Cache) valuesI4(sc *decodeScratch, off, nb, g int) {
 	v := c.v4[row0*pw:][:nb*pw]
 	native := c.nativeI4()
 	pt := x.pt[:g*sc.lds]
+	// Σ_j p_j·zero_j for the g rows and every channel group in one call:
+	// the groups' zeros, c.cap apart, as the keys of DotRows.
+	z0 := c.valueGroup(row0, 0)
+	simd.DotRows(x.z, ng, sc.s, sc.lds, g, c.v4z[z0:][:(ng-1)*c.cap+nb], c.cap, ng, nb)
+	for i, z := range x.z[:g*ng] {
+		x.zacc[i] += z
+	}
 	for cg := range ng {
 		c0 := cg * i4ChanGroup
 		c1 := c0 + (min(d, c0+i4ChanGroup)-c0+7)&^7
-		i := c.valueGroup(row0, cg)
-		sg, zg := c.v4s[i:][:nb], c.v4z[i:][:nb]
-		// Σ_j p_j·zero_j for the g rows in one call: zg as the one key of
-		// DotRows.
-		simd.DotRows(x.z, 1, sc.s, sc.lds, g, zg, nb, 1, nb)
-		for r := range g {
-			x.zacc[r*ng+cg] += x.z[r]
-		}
+		sg := c.v4s[c.valueGroup(row0, cg):][:nb]
 		if !native {
 			copy(pt[:(g-1)*sc.lds+nb], sc.s)
 			simd.ScaleColumns(pt, sc.lds, g, sg)
