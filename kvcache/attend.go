@@ -505,8 +505,8 @@ func (c *Cache) checkRows() bool {
 	return c.ev == nil && c.cfg.Window > 0 && c.n > c.cfg.Sinks+c.cfg.Window-1
 }
 
-// touch reads every 64-byte line of nb stored K and V rows from element
-// offset off. The kernels read a block in an order the
+// touch reads (or for 16-bit rows prefetches) every 64-byte line of nb
+// stored K and V rows from element offset off. The kernels read a block in an order the
 // hardware prefetcher follows one line at a time (V in column panels, K a
 // few rows at a time); this plain pass puts all of the block's lines in
 // flight at once, so they arrive at streaming speed and the kernels then
@@ -528,6 +528,14 @@ func (c *Cache) checkRows() bool {
 // kernels run ahead of the prefetch, and touching every block made the
 // step faster, dropping the prefetch slower (results/2026-12-06, "After
 // the int4 rows kept their key norms", with the command).
+//
+// A 16-bit block's touch is a prefetch of each of its lines
+// (simd.Prefetch) rather than a load: loads that miss hold up the core
+// until their lines arrive, so the arithmetic waited for the whole block,
+// while prefetches retire at once and the kernels start on the first
+// lines as the rest arrive. For the other types the loads measured
+// faster (results/2026-12-07, "Decode: 16-bit blocks prefetched rather
+// than touched").
 //
 // An int8 block is touched as a 16-bit one is. For groups of 3 or more
 // query heads its kernels prefetch all of the next block as they compute
@@ -551,12 +559,13 @@ func (c *Cache) touch(sc *decodeScratch, off, nb int) {
 		off, n := off/2, n/2
 		sc.sink += float32(touchLines(c.k4[off:][:n], 64) + touchLines(c.v4[off:][:n], 64))
 	default:
-		sc.sink += float32(touchLines(c.kh[off:][:n], 32) + touchLines(c.vh[off:][:n], 32))
+		simd.Prefetch(c.kh[off:][:n])
+		simd.Prefetch(c.vh[off:][:n])
 	}
 }
 
 // touchLines sums x[0], x[per], x[2·per], … with four independent chains.
-func touchLines[T float32 | uint16 | int8 | uint8](x []T, per int) T {
+func touchLines[T int8 | uint8](x []T, per int) T {
 	var s0, s1, s2, s3 T
 	i := 0
 	for ; i+4*per <= len(x); i += 4 * per {
