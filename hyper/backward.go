@@ -160,14 +160,7 @@ func (g *grads) exact(ctx context.Context, j *job) error {
 	nq := j.r.q1 - j.r.q0
 	rows := gr * nq
 	g.growRows(rows)
-	g.rows(rows, func(lo, hi int) {
-		for x := lo; x < hi; {
-			hh, t := x/nq, x%nq
-			n := min(hi-x, nq-t)
-			g.gather(x, (j.b*s.H+j.kvh*gr+hh)*s.N+j.r.q0+t, n)
-			x += n
-		}
-	})
+	g.rows(rows, func(lo, hi int) { g.headRuns(j, lo, hi, g.gather) })
 	kv := ((j.b*s.HKV+j.kvh)*s.M + j.r.k0) * d
 	n := j.nk * d
 	g.gdk, g.gdv = grow(g.gdk, n), grow(g.gdv, n)
@@ -177,19 +170,30 @@ func (g *grads) exact(ctx context.Context, j *job) error {
 		return err
 	}
 	g.rows(rows, func(lo, hi int) {
-		for x := lo; x < hi; {
-			hh, t := x/nq, x%nq
-			n := min(hi-x, nq-t)
-			row := (j.b*s.H+j.kvh*gr+hh)*s.N + j.r.q0 + t
+		g.headRuns(j, lo, hi, func(x, row, n int) {
 			simd.Axpy(1, g.gdq[x*d:][:n*d], g.dq[row*d:][:n*d])
-			x += n
-		}
+		})
 	})
 	g.rows(j.nk, func(lo, hi int) {
 		simd.Axpy(1, g.gdk[lo*d:hi*d], g.dk[kv+lo*d:kv+hi*d])
 		simd.Axpy(1, g.gdv[lo*d:hi*d], g.dv[kv+lo*d:kv+hi*d])
 	})
 	return nil
+}
+
+// headRuns calls f(x, row, n) for the rows [lo, hi) of exact job j's
+// gathered queries (the group's heads one after the other, the job's
+// query positions each) in runs of n that are consecutive in the tensors
+// too: gathered row x is row row of q.
+func (g *grads) headRuns(j *job, lo, hi int, f func(x, row, n int)) {
+	s := g.s
+	nq := j.r.q1 - j.r.q0
+	for x := lo; x < hi; {
+		hh, t := x/nq, x%nq
+		n := min(hi-x, nq-t)
+		f(x, (j.b*s.H+j.kvh*s.Group()+hh)*s.N+j.r.q0+t, n)
+		x += n
+	}
 }
 
 // growRows sizes the gathered query rows for n rows.

@@ -506,9 +506,9 @@ func (c *Cache) checkRows() bool {
 }
 
 // touch reads (or for 16-bit rows prefetches) every 64-byte line of nb
-// stored K and V rows from element offset off. The kernels read a block in an order the
-// hardware prefetcher follows one line at a time (V in column panels, K a
-// few rows at a time); this plain pass puts all of the block's lines in
+// stored K and V rows from element offset off. The kernels read a block
+// in an order the hardware prefetcher follows one line at a time (V in
+// column panels, K a few rows at a time); this plain pass puts all of the block's lines in
 // flight at once, so they arrive at streaming speed and the kernels then
 // read the L2 cache.
 //

@@ -39,9 +39,9 @@ var transposePool = sync.Pool{New: func() any { return new(transposeScratch) }}
 
 // transpose writes the rows×cols matrix src (row stride lds) transposed
 // into dst (row stride ldd). simd.PanelFromRows transposes 16 source rows
-// at a time into a panel on the stack, which goes out a destination row
-// (16 values, one 64-byte store) at a time: several times the speed of a
-// transpose in Go, which moved one value an instruction or two.
+// at a time into a panel (transposeScratch), which goes out a destination
+// row (16 values, one 64-byte store) at a time: several times the speed
+// of a transpose in Go, which moved one value an instruction or two.
 func transpose(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	const P, block = simd.Panel, transposeBlock
 	sc := transposePool.Get().(*transposeScratch)
