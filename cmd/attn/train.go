@@ -55,7 +55,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	saveEvery := fs.Int("save", 200, "steps between checkpoints")
 	evalEvery := fs.Int("eval", 100, "steps between validation losses")
 	workers := fs.workers()
-	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF, or an embedded model: austen, austen-long) instead of new ones; -ctx sets its context, the size flags are ignored")
+	initFrom := fs.String("init", "", "start from the weights and tokenizer of model `FILE` (GGUF, or an embedded model: austen, austen-long) instead of new ones; -ctx sets its context; size flags given (-dim, -hidden, -layers, -heads, -kv-heads) grow it into a wider model that starts computing the same function (model.Widen), the others keep its sizes")
 	ropeBase := fs.Float64("rope-base", 0, "base of the rotary embedding's frequencies (0: 10000, or -init's own)")
 	retrieval := fs.Float64("retrieval", 0, "share `P` of training windows with facts planted in them and asked for at the end (the needle test's task)")
 	facts := fs.Int("facts", 4, "with -retrieval, at most `K` facts planted in a window")
@@ -195,8 +195,16 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if tok == nil {
 			return fmt.Errorf("-init %s has no tokenizer", *initFrom)
 		}
-		// The architecture is the model's; the context, the rotary base
-		// and the attention are the run's.
+		// The architecture is the model's, grown where size flags say;
+		// the context, the rotary base and the attention are the run's.
+		if to, grow := growTo(w.Config.WithDefaults(), c, fs.given()); grow {
+			from := w.Config.WithDefaults()
+			if w, err = model.Widen(w, to, tc.Seed); err != nil {
+				return fmt.Errorf("-init: %w", err)
+			}
+			fmt.Fprintf(stdout, "widen  dim %d→%d, hidden %d→%d, layers %d→%d, heads %d/%d→%d/%d (new parts start at zero effect)\n",
+				from.Dim, to.Dim, from.Hidden, to.Hidden, from.Layers, to.Layers, from.Heads, from.KVHeads, to.Heads, to.KVHeads)
+		}
 		w.Config.SeqLen = tc.Context
 		if *ropeBase > 0 {
 			w.Config.RopeBase = float32(*ropeBase)
@@ -716,4 +724,21 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 		}
 	}
 	return out, weights, nil
+}
+
+// growTo returns the sizes of -init's model (from) with those given on
+// the command line in place, and whether any differs.
+func growTo(from, flags model.Config, given map[string]bool) (model.Config, bool) {
+	to := from
+	for _, f := range []struct {
+		name     string
+		dst, src *int
+	}{{"dim", &to.Dim, &flags.Dim}, {"hidden", &to.Hidden, &flags.Hidden}, {"layers", &to.Layers, &flags.Layers},
+		{"heads", &to.Heads, &flags.Heads}, {"kv-heads", &to.KVHeads, &flags.KVHeads}} {
+		if given[f.name] {
+			*f.dst = *f.src
+		}
+	}
+	grow := to.Dim != from.Dim || to.Hidden != from.Hidden || to.Layers != from.Layers || to.Heads != from.Heads || to.KVHeads != from.KVHeads
+	return to, grow
 }

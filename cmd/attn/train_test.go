@@ -118,6 +118,26 @@ func TestTrainCommand(t *testing.T) {
 	if w3.Config.SeqLen != 200 || w3.Config.RopeBase != 40000 || w3.Config.Dim != 32 {
 		t.Errorf("continued model: %+v", w3.Config)
 	}
+	// Size flags with -init grow the model; those not given keep its own.
+	out4 := filepath.Join(dir, "m4.gguf")
+	stdout.Reset()
+	args = []string{"train", "-text", train, "-init", out, "-ctx", "32", "-dim", "48", "-heads", "6", "-kv-heads", "3",
+		"-steps", "1", "-batch", "1", "-o", out4, "-workers", "1"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("attn train -init -dim: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "widen  dim 32→48, hidden 48→48, layers 2→2, heads 4/2→6/3") {
+		t.Errorf("output lacks the widening:\n%s", stdout.String())
+	}
+	if w4, _, err := model.Open(out4, ""); err != nil {
+		t.Fatal(err)
+	} else if c := w4.Config; c.Dim != 48 || c.Hidden != 48 || c.Layers != 2 || c.Heads != 6 || c.KVHeads != 3 {
+		t.Errorf("widened model: %+v", c)
+	}
+	args = []string{"train", "-text", train, "-init", out, "-ctx", "32", "-dim", "16", "-heads", "2", "-steps", "1", "-o", out4}
+	if code := run(context.Background(), args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "shrinks") {
+		t.Errorf("attn train -init -dim 16 (narrower): exit %d\n%s", code, stderr.String())
+	}
 	stdout.Reset()
 	if code := run(context.Background(), []string{"train", "-text", train, "-resume", ckpt3, "-o", out3}, &stdout, &stderr); code != 0 {
 		t.Fatalf("attn train -resume of the retrieval run: exit %d\n%s", code, stderr.String())
