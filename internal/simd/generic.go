@@ -2,69 +2,92 @@ package simd
 
 import "math"
 
-// gemmGeneric is the plain Go Gemm. It keeps a 2-row × 4-column block of
-// C in 8 local accumulators across the k loop (a 1 × 4 block for an odd
-// last row). The values of B are read from memory for each product
-// rather than held in locals: with them the loop needs more than the 15
-// float registers the compiler has on amd64, and spills cost more than
-// the extra loads (figures: results/2026-12-07, "Figures moved out of code comments").
+// The plain Go products. Go keeps few values in registers: a block of C
+// in more than a few accumulators, or a loop with many live indices,
+// spills to the stack, and a loop counter spilled there puts a store and
+// a load on every iteration's path. So the products copy a chunk of B,
+// up to Panel columns × gemmKC rows, into columns (bt), and each row of A
+// then takes its dot products with six columns at a time (dot6, dot4,
+// dot1: small functions, so that their loops hold nothing else), where
+// every load is sequential and the bounds checks are proven away.
+const gemmKC = 128
+
+// gemmGeneric is the plain Go Gemm.
 func gemmGeneric(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) {
 	if m == 0 || n == 0 {
 		return
 	}
-	i := 0
-	for ; i+2 <= m; i += 2 {
-		c0 := c[i*ldc:][:n]
-		c1 := c[(i+1)*ldc:][:n]
-		if !accumulate {
-			clear(c0)
-			clear(c1)
-		}
-		if k == 0 {
-			continue
-		}
-		a0 := a[i*lda:][:k]
-		a1 := a[(i+1)*lda:][:k]
-		for j := 0; j < n; j += 4 {
-			s00, s01, s02, s03 := c0[j], c0[j+1], c0[j+2], c0[j+3]
-			s10, s11, s12, s13 := c1[j], c1[j+1], c1[j+2], c1[j+3]
-			for p, x0 := range a0 {
-				x1 := a1[p]
-				bp := b[p*ldb+j:][:4]
-				s00 += x0 * bp[0]
-				s01 += x0 * bp[1]
-				s02 += x0 * bp[2]
-				s03 += x0 * bp[3]
-				s10 += x1 * bp[0]
-				s11 += x1 * bp[1]
-				s12 += x1 * bp[2]
-				s13 += x1 * bp[3]
-			}
-			c0[j], c0[j+1], c0[j+2], c0[j+3] = s00, s01, s02, s03
-			c1[j], c1[j+1], c1[j+2], c1[j+3] = s10, s11, s12, s13
+	if !accumulate {
+		for i := range m {
+			clear(c[i*ldc:][:n])
 		}
 	}
-	if i < m {
-		c0 := c[i*ldc:][:n]
-		if !accumulate {
-			clear(c0)
-		}
-		if k == 0 {
-			return
-		}
-		a0 := a[i*lda:][:k]
-		for j := 0; j < n; j += 4 {
-			s0, s1, s2, s3 := c0[j], c0[j+1], c0[j+2], c0[j+3]
-			for p, x := range a0 {
-				bp := b[p*ldb+j:][:4]
-				s0 += x * bp[0]
-				s1 += x * bp[1]
-				s2 += x * bp[2]
-				s3 += x * bp[3]
+	var bt [Panel * gemmKC]float32
+	for j0 := 0; j0 < n; j0 += Panel {
+		w := min(Panel, n-j0)
+		for p0 := 0; p0 < k; p0 += gemmKC {
+			kk := min(gemmKC, k-p0)
+			for p := range kk {
+				for j, v := range b[(p0+p)*ldb+j0:][:w] {
+					bt[j*kk+p] = v
+				}
 			}
-			c0[j], c0[j+1], c0[j+2], c0[j+3] = s0, s1, s2, s3
+			for i := range m {
+				rowTimesCols(a[i*lda+p0:][:kk], bt[:w*kk], c[i*ldc+j0:][:w])
+			}
 		}
 	}
+}
+
+// rowTimesCols adds to c[j] the dot product of x with column j of bt,
+// bt[j·len(x):][:len(x)], for every j < len(c).
+func rowTimesCols(x, bt, c []float32) {
+	kk, j := len(x), 0
+	for ; j+6 <= len(c); j += 6 {
+		dot6(x, bt[j*kk:], kk, (*[6]float32)(c[j:]))
+	}
+	if j+4 <= len(c) {
+		dot4(x, bt[j*kk:], kk, (*[4]float32)(c[j:]))
+		j += 4
+	}
+	for ; j < len(c); j++ {
+		c[j] += dotGeneric(x, bt[j*kk:][:kk])
+	}
+}
+
+// dot6 adds to c[j] the dot product of x with b[j·ld:][:len(x)], j < 6.
+//
+//go:noinline
+func dot6(x, b []float32, ld int, c *[6]float32) {
+	n := len(x)
+	b0, b1, b2 := b[:n], b[ld:][:n], b[2*ld:][:n]
+	b3, b4, b5 := b[3*ld:][:n], b[4*ld:][:n], b[5*ld:][:n]
+	s0, s1, s2, s3, s4, s5 := c[0], c[1], c[2], c[3], c[4], c[5]
+	for p, v := range x {
+		s0 += v * b0[p]
+		s1 += v * b1[p]
+		s2 += v * b2[p]
+		s3 += v * b3[p]
+		s4 += v * b4[p]
+		s5 += v * b5[p]
+	}
+	c[0], c[1], c[2], c[3], c[4], c[5] = s0, s1, s2, s3, s4, s5
+}
+
+// dot4 is dot6 for 4 columns.
+//
+//go:noinline
+func dot4(x, b []float32, ld int, c *[4]float32) {
+	n := len(x)
+	b0, b1, b2, b3 := b[:n], b[ld:][:n], b[2*ld:][:n], b[3*ld:][:n]
+	s0, s1, s2, s3 := c[0], c[1], c[2], c[3]
+	for p, v := range x {
+		s0 += v * b0[p]
+		s1 += v * b1[p]
+		s2 += v * b2[p]
+		s3 += v * b3[p]
+	}
+	c[0], c[1], c[2], c[3] = s0, s1, s2, s3
 }
 
 // The exp constants, shared with the assembly (see _asm/exp.go).
@@ -352,12 +375,14 @@ func dotRowsWidened(s []float32, lds int, q []float32, ldq, rows int, k []uint16
 	}
 }
 
-// gemmPanelsGeneric is the plain Go GemmPanels: for each panel, blocks
-// of 2 rows × 4 columns of C in 8 local accumulators, as in gemmGeneric.
+// gemmPanelsGeneric is the plain Go GemmPanels, by the steps of
+// gemmGeneric; a row of A whose values are ac apart is gathered first.
 func gemmPanelsGeneric(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool) {
 	if m == 0 || n == 0 {
 		return
 	}
+	var bt [Panel * gemmKC]float32
+	var xs [gemmKC]float32
 	for jp := range n / Panel {
 		cp := c[jp*pc:][:m*Panel]
 		if !accumulate {
@@ -367,45 +392,26 @@ func gemmPanelsGeneric(m, n, k int, a []float32, ar, ac int, b []float32, pb int
 			continue
 		}
 		bp := b[jp*pb:][:k*Panel]
-		i := 0
-		for ; i+2 <= m; i += 2 {
-			a0 := a[i*ar:][:(k-1)*ac+1]
-			a1 := a[(i+1)*ar:][:(k-1)*ac+1]
-			c0 := cp[i*Panel:][:Panel]
-			c1 := cp[(i+1)*Panel:][:Panel]
-			for j := 0; j < Panel; j += 4 {
-				s00, s01, s02, s03 := c0[j], c0[j+1], c0[j+2], c0[j+3]
-				s10, s11, s12, s13 := c1[j], c1[j+1], c1[j+2], c1[j+3]
-				for p := range k {
-					x0, x1 := a0[p*ac], a1[p*ac]
-					bb := bp[p*Panel+j:][:4]
-					s00 += x0 * bb[0]
-					s01 += x0 * bb[1]
-					s02 += x0 * bb[2]
-					s03 += x0 * bb[3]
-					s10 += x1 * bb[0]
-					s11 += x1 * bb[1]
-					s12 += x1 * bb[2]
-					s13 += x1 * bb[3]
+		for p0 := 0; p0 < k; p0 += gemmKC {
+			kk := min(gemmKC, k-p0)
+			for p := range kk {
+				for j, v := range bp[(p0+p)*Panel:][:Panel] {
+					bt[j*kk+p] = v
 				}
-				c0[j], c0[j+1], c0[j+2], c0[j+3] = s00, s01, s02, s03
-				c1[j], c1[j+1], c1[j+2], c1[j+3] = s10, s11, s12, s13
 			}
-		}
-		if i < m {
-			a0 := a[i*ar:][:(k-1)*ac+1]
-			c0 := cp[i*Panel:][:Panel]
-			for j := 0; j < Panel; j += 4 {
-				s0, s1, s2, s3 := c0[j], c0[j+1], c0[j+2], c0[j+3]
-				for p := range k {
-					x := a0[p*ac]
-					bb := bp[p*Panel+j:][:4]
-					s0 += x * bb[0]
-					s1 += x * bb[1]
-					s2 += x * bb[2]
-					s3 += x * bb[3]
+			for i := range m {
+				var x []float32
+				if ac == 1 {
+					x = a[i*ar+p0:][:kk]
+				} else {
+					x = xs[:kk]
+					at := i*ar + p0*ac
+					for p := range x {
+						x[p] = a[at]
+						at += ac
+					}
 				}
-				c0[j], c0[j+1], c0[j+2], c0[j+3] = s0, s1, s2, s3
+				rowTimesCols(x, bt[:Panel*kk], cp[i*Panel:][:Panel])
 			}
 		}
 	}
@@ -415,15 +421,17 @@ func gemmPanelsGeneric(m, n, k int, a []float32, ar, ac int, b []float32, pb int
 // _asm/flash.go).
 const exp2Magic = 12583039 // 1.5·2^23 + 127
 
-// exp2C holds c1 … c5 of 2^r ≈ 1 + r·(c1 + r·(c2 + r·(c3 + r·(c4 +
-// r·c5)))) on |r| ≤ 1/2.
-var exp2C = [5]float32{
-	math.Float32frombits(0x3f317215),
-	math.Float32frombits(0x3e75fcde),
-	math.Float32frombits(0x3d635ba9),
-	math.Float32frombits(0x3c1e7544),
-	math.Float32frombits(0x3aaddd0c),
-}
+// exp2C1 … exp2C5 are c1 … c5 of 2^r ≈ 1 + r·(c1 + r·(c2 + r·(c3 + r·(c4
+// + r·c5)))) on |r| ≤ 1/2: the float32 values 0x3f317215, 0x3e75fcde,
+// 0x3d635ba9, 0x3c1e7544 and 0x3aaddd0c, written out so that exp2Tile is
+// cheap enough to inline (TestExp2Constants checks the bits).
+const (
+	exp2C1 = 0.6931470036506653
+	exp2C2 = 0.24022242426872253
+	exp2C3 = 0.05550733581185341
+	exp2C4 = 0.009671512991189957
+	exp2C5 = 0.0013264729641377926
+)
 
 // exp2Tile is 2^t by the steps of the assembly: t below -127 counts as
 // -127, whose result is 0; n = round(t) comes from adding 1.5·2^23 + 127,
@@ -431,22 +439,17 @@ var exp2C = [5]float32{
 // make 2^n (or 0); r = t - n, and a polynomial gives 2^r. t must not
 // exceed 128.
 func exp2Tile(t float32) float32 {
-	if t != t {
-		return t
-	}
-	t = max(t, -127)
+	t = max(t, -127) // NaN stays NaN, through max and the rest
 	k := t + exp2Magic
 	nf := k - exp2Magic
 	r := t - nf
-	p := exp2C[4]
-	p = p*r + exp2C[3]
-	p = p*r + exp2C[2]
-	p = p*r + exp2C[1]
-	p = p*r + exp2C[0]
-	p = p*r + 1
+	p := ((((exp2C5*r+exp2C4)*r+exp2C3)*r+exp2C2)*r+exp2C1)*r + 1
 	return p * math.Float32frombits(math.Float32bits(k)<<23)
 }
 
+// onlineSoftmaxGeneric walks each panel a row of Panel queries at a
+// time, in the order the values lie, with a query's maximum, shift and
+// sum in arrays; every query's sum still adds its keys in order.
 func onlineSoftmaxGeneric(s []float32, ps, n, np int, lim, m, l, acc []float32, pacc, dacc int) {
 	negInf := float32(math.Inf(-1))
 	for q := range np {
@@ -454,37 +457,50 @@ func onlineSoftmaxGeneric(s []float32, ps, n, np int, lim, m, l, acc []float32, 
 		if n > 0 {
 			sp = s[q*ps:][:n*Panel]
 		}
-		var c [Panel]float32
-		rescale := false
-		for x := range Panel {
-			i := q*Panel + x
-			mx := m[i]
+		mq := (*[Panel]float32)(m[q*Panel:])
+		lq := (*[Panel]float32)(l[q*Panel:])
+		if len(lim) > 0 {
+			lq := (*[Panel]float32)(lim[q*Panel:])
 			for j := range n {
-				v := &sp[j*Panel+x]
-				if len(lim) > 0 && !(float32(j) < lim[i]) {
-					*v = negInf
+				row := (*[Panel]float32)(sp[j*Panel:])
+				for x := range row {
+					if !(float32(j) < lq[x]) {
+						row[x] = negInf
+					}
 				}
-				mx = max(mx, *v)
 			}
-			ms := mx
-			if mx == negInf {
-				ms = 0
-			}
-			cf := exp2Tile((m[i] - ms) * expLog2e)
-			var sum float32
-			for j := range n {
-				e := exp2Tile((sp[j*Panel+x] - ms) * expLog2e)
-				sp[j*Panel+x] = e
-				sum += e
-			}
-			l[i] = l[i]*cf + sum
-			m[i] = mx
-			c[x] = cf
-			rescale = rescale || cf != 1
 		}
+		mx := *mq
+		for j := range n {
+			for x, v := range (*[Panel]float32)(sp[j*Panel:]) {
+				mx[x] = max(mx[x], v)
+			}
+		}
+		var ms, c, sum [Panel]float32
+		rescale := false
+		for x := range ms {
+			ms[x] = mx[x]
+			if mx[x] == negInf {
+				ms[x] = 0
+			}
+			c[x] = exp2Tile((mq[x] - ms[x]) * expLog2e)
+			rescale = rescale || c[x] != 1
+		}
+		for j := range n {
+			row := (*[Panel]float32)(sp[j*Panel:])
+			for x, v := range row {
+				e := exp2Tile((v - ms[x]) * expLog2e)
+				row[x] = e
+				sum[x] += e
+			}
+		}
+		for x := range lq {
+			lq[x] = lq[x]*c[x] + sum[x]
+		}
+		*mq = mx
 		if rescale {
 			for r := range dacc {
-				row := acc[q*pacc+r*Panel:][:Panel]
+				row := (*[Panel]float32)(acc[q*pacc+r*Panel:])
 				for x := range row {
 					row[x] *= c[x]
 				}

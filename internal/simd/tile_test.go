@@ -429,6 +429,19 @@ func TestExp2Tile(t *testing.T) {
 	t.Logf("worst relative error %.3g", worst)
 }
 
+// TestExp2Constants checks that the decimal constants of exp2Tile are the
+// float32 coefficients the assembly uses (_asm/flash.go).
+func TestExp2Constants(t *testing.T) {
+	for i, c := range []struct {
+		got  float32
+		want uint32
+	}{{exp2C1, 0x3f317215}, {exp2C2, 0x3e75fcde}, {exp2C3, 0x3d635ba9}, {exp2C4, 0x3c1e7544}, {exp2C5, 0x3aaddd0c}} {
+		if b := math.Float32bits(c.got); b != c.want {
+			t.Errorf("exp2C%d = %#x, want %#x", i+1, b, c.want)
+		}
+	}
+}
+
 func TestTileArgumentChecks(t *testing.T) {
 	s := make([]float32, 1000)
 	for _, c := range []struct {
