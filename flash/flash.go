@@ -287,7 +287,7 @@ func newTile(rows, d, bk int) *tile {
 	return &tile{
 		d: d, bk: bk,
 		qt:   make([]float32, q*d),
-		st:   make([]float32, simd.Panel*bk),
+		st:   make([]float32, 2*simd.Panel*bk), // two panels: simd.AttendPanels may take two at a time
 		acc:  make([]float32, q*d),
 		m:    make([]float32, q),
 		l:    make([]float32, q),

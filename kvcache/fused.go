@@ -19,7 +19,7 @@ type fusedDecode struct {
 	np   int
 	qt   []float32 // [np][D][Panel] scaled queries
 	acc  []float32 // [np][D][Panel] unnormalised output
-	st   []float32 // [decodeBlock][Panel] one panel's logits
+	st   []float32 // [2][decodeBlock][Panel] two panels' logits (simd.AttendPanels may take two at a time)
 	m, l []float32 // running max and sum per query row
 	kb   []float32 // [decodeBlock][stride] widened keys of a 16-bit or int8 cache
 	vb   []float32 // the same for values
@@ -34,7 +34,7 @@ func newFusedDecode(g, stride int) *fusedDecode {
 		np:  np,
 		qt:  make([]float32, np*P*stride),
 		acc: make([]float32, np*P*stride),
-		st:  make([]float32, P*decodeBlock),
+		st:  make([]float32, 2*P*decodeBlock),
 		m:   make([]float32, np*P),
 		l:   make([]float32, np*P),
 		kb:  make([]float32, decodeBlock*stride),

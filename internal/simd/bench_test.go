@@ -400,7 +400,7 @@ func BenchmarkAttendPanels(b *testing.B) {
 				k, v := randSlice(r, n*d, -1, 1), randSlice(r, n*d, -1, 1)
 				qt := randSlice(r, np*Panel*d, -1, 1)
 				acc := make([]float32, np*Panel*d)
-				st := make([]float32, Panel*n)
+				st := make([]float32, 2*Panel*n) // two panels, as flash gives
 				m, l := make([]float32, np*Panel), make([]float32, np*Panel)
 				for i := range m {
 					m[i] = 10 // above every logit: the accumulator is never rescaled
@@ -580,7 +580,7 @@ func BenchmarkAttendPanelsStream(b *testing.B) {
 				k, v := randSlice(r, keys*d, -1, 1), randSlice(r, keys*d, -1, 1)
 				qt := randSlice(r, np*Panel*d, -1, 1)
 				acc := make([]float32, np*Panel*d)
-				st := make([]float32, Panel*n)
+				st := make([]float32, 2*Panel*n) // two panels, as flash gives
 				m, l := make([]float32, np*Panel), make([]float32, np*Panel)
 				call := func() {
 					for i := range m {

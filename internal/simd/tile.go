@@ -127,7 +127,12 @@ func checkOnlineSoftmax(ls, ps, n, np, llim, lm, ll, lacc, pacc, dacc int) {
 // apart), the online-softmax step, and Oᵀ += Vᵀ·Pᵀ (element c of value j
 // at v[c·vr + j·vc], with vr = 1: rows of values, vc apart; acc: each
 // panel d lines of Panel values, pacc floats apart), with st (n·Panel floats) holding one panel's logits
-// at a time, so that they stay in the L1 cache. The assembly takes the
+// at a time, so that they stay in the L1 cache. Where st holds 2·n·Panel
+// floats a kernel may take the panels two at a time, the second panel's
+// logits in st[n·Panel:], with the same results: the AVX-512 kernels do,
+// since with one panel of 16 queries, one zmm register, every broadcast
+// of K or V feeds one FMA and the loads bound the products; with two it
+// feeds two. The assembly takes the
 // maximum of the logits as it stores them, saving the softmax's first
 // pass; results may differ from the three calls in the order of
 // additions only, and in one more: the exponentials of the assembly add
@@ -135,7 +140,8 @@ func checkOnlineSoftmax(ls, ps, n, np, llim, lm, ll, lacc, pacc, dacc int) {
 // (87.3) or more below its query's maximum weighs some value below
 // 2^-126 instead of exactly 0 (the tile is unmasked: its logits are
 // finite, and such a weight is lost next to the maximum's 1). On return
-// st holds the last panel's probabilities.
+// st holds the last panel's probabilities (in st[n·Panel:] when it was
+// the second of two taken together).
 //
 // pfk and pfv are hints, which may be nil: memory (in practice the keys
 // and values of the next tile) that the assembly prefetches into the L2

@@ -506,11 +506,14 @@ func TestAttendPanels(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	negInf := float32(math.Inf(-1))
 	forEachImpl(t, func(t *testing.T, impl implementation) {
-		for _, np := range []int{0, 1, 3} {
+		for _, np := range []int{0, 1, 2, 3, 4} {
 			for _, n := range []int{0, 1, 5, 6, 7, 8, 9, 13, 16, 17, 64, 65} {
 				for _, d := range []int{1, 5, 6, 17, 64} {
 					for _, pad := range []int{0, 7} {
 						for _, rows := range []bool{true, false} {
+							// two: st holds two panels, which lets a kernel
+							// take the panels two at a time.
+							two := (n+d+pad)%2 == 1
 							var kr, kc, vr, vc int
 							if rows { // K and V as rows of D values (dense layout)
 								kr, kc, vr, vc = d+pad, 1, 1, d+pad
@@ -528,7 +531,11 @@ func TestAttendPanels(t *testing.T) {
 							v := guardedCopy(randSlice(r, size(d, n, vr, vc), -1, 1))
 							qt := guardedCopy(randSlice(r, np*pq, -2, 2))
 							acc := guardedCopy(randSlice(r, np*pacc, -1, 1))
-							st := guardedCopy(randSlice(r, Panel*n, -1, 1))
+							lst := Panel * n
+							if two {
+								lst *= 2
+							}
+							st := guardedCopy(randSlice(r, lst, -1, 1))
 							m0 := make([]float32, np*Panel)
 							l0 := make([]float32, np*Panel)
 							for x := range m0 {
@@ -543,6 +550,7 @@ func TestAttendPanels(t *testing.T) {
 							wm := append([]float32(nil), m0...)
 							wl := append([]float32(nil), l0...)
 							wacc := append([]float32(nil), acc.v...)
+							wacc0 := append([]float32(nil), acc.v...)
 							wst := append([]float32(nil), st.v...)
 							for q := range np {
 								gemmPanelsGeneric(n, Panel, d, k.v, kr, kc, qt.v[q*pq:], pq, wst, Panel*n, false)
@@ -551,7 +559,7 @@ func TestAttendPanels(t *testing.T) {
 							}
 							checkAttendPanels(np, n, d, len(k.v), kr, kc, len(qt.v), pq, len(st.v), len(v.v), vr, vc, len(m.v), len(l.v), len(acc.v), pacc)
 							impl.attendPanels(np, n, d, k.v, kr, kc, qt.v, pq, st.v, v.v, vr, vc, m.v, l.v, acc.v, pacc, k.all, v.all)
-							name := fmt.Sprintf("np=%d n=%d d=%d pad=%d rows=%v", np, n, d, pad, rows)
+							name := fmt.Sprintf("np=%d n=%d d=%d pad=%d rows=%v two=%v", np, n, d, pad, rows, two)
 							for _, g := range []struct {
 								name string
 								g    guarded
@@ -576,8 +584,24 @@ func TestAttendPanels(t *testing.T) {
 							near("m", m.v, wm, 1e-5)
 							near("l", l.v, wl, 1e-5)
 							near("acc", acc.v, wacc, 1e-5)
-							if np > 0 {
-								near("st", st.v, wst, 1e-5)
+							if np > 0 && !two {
+								near("st", st.v, wst[:Panel*n], 1e-5)
+							}
+							// Two panels at a time give the bits of one at a time.
+							if two && np > 1 {
+								m1, l1 := append([]float32(nil), m0...), append([]float32(nil), l0...)
+								acc1 := append([]float32(nil), wacc0...)
+								impl.attendPanels(np, n, d, k.v, kr, kc, qt.v, pq, make([]float32, Panel*n), v.v, vr, vc, m1, l1, acc1, pacc, nil, nil)
+								for _, x := range []struct {
+									name      string
+									got, want []float32
+								}{{"m", m.v, m1}, {"l", l.v, l1}, {"acc", acc.v, acc1}} {
+									for i := range x.want {
+										if math.Float32bits(x.got[i]) != math.Float32bits(x.want[i]) {
+											t.Fatalf("%s: %s[%d] = %v by two panels, %v by one", name, x.name, i, x.got[i], x.want[i])
+										}
+									}
+								}
 							}
 						}
 					}

@@ -31,8 +31,15 @@ type panelGemm512 struct {
 	accumulate Op
 	accStatic  bool
 	// epilogue, when not nil, is called after each block's store with the
-	// block's height and its accumulators (free to overwrite).
-	epilogue func(r int, acc []VecVirtual)
+	// block's height, the panel (0, or 1 of two) and that panel's
+	// accumulators (free to overwrite).
+	epilogue func(r, panel int, acc []VecVirtual)
+	// b2 and c2, when not nil, hold the byte offsets of a second panel of
+	// B and of C, computed in the same blocks from the same loads of A:
+	// each broadcast of A then feeds two FMAs, where with one panel it
+	// feeds one and the loads (nine a step for eight FMAs) bound the
+	// block below the FMA peak.
+	b2, c2 Op
 	// pf, when not nil, is a frame slot with a pointer to memory to
 	// prefetch into L2, a line every four steps of k, up to the address
 	// in pfEnd (where it stays).
@@ -114,15 +121,39 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	for s := range acc {
 		acc[s] = newZMMs(r)
 	}
+	two := g.b2 != nil
+	var acc2 [][]VecVirtual
+	if two {
+		acc2 = make([][]VecVirtual, sets)
+		for s := range acc2 {
+			acc2[s] = newZMMs(r)
+		}
+	}
+	// c2Blk addresses the second panel's C block (a temporary).
+	c2Blk := func() Register {
+		t := GP64()
+		MOVQ(g.c2, t)
+		ADDQ(cBlk, t)
+		return t
+	}
 	Commentf("Block of %d rows.", r)
 	load := func() {
 		for i := 0; i < r; i++ {
 			VMOVUPS(Mem{Base: cBlk, Disp: 64 * i}, acc[0][i])
 		}
+		if two {
+			c2 := c2Blk()
+			for i := 0; i < r; i++ {
+				VMOVUPS(Mem{Base: c2, Disp: 64 * i}, acc2[0][i])
+			}
+		}
 	}
 	zero := func() {
 		for i := 0; i < r; i++ {
 			VXORPS(acc[0][i], acc[0][i], acc[0][i])
+			if two {
+				VXORPS(acc2[0][i], acc2[0][i], acc2[0][i])
+			}
 		}
 	}
 	switch {
@@ -144,6 +175,9 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	for s := 1; s < sets; s++ {
 		for i := 0; i < r; i++ {
 			VXORPS(acc[s][i], acc[s][i], acc[s][i])
+			if two {
+				VXORPS(acc2[s][i], acc2[s][i], acc2[s][i])
+			}
 		}
 	}
 
@@ -160,6 +194,12 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	}
 	MOVQ(g.b, bp)
 	MOVQ(g.k, kk)
+	var bp2 Register
+	if two {
+		bp2 = GP64()
+		MOVQ(g.b2, bp2)
+		ADDQ(bp, bp2)
+	}
 
 	aAddr := func(i, u int) Mem {
 		if !g.cols {
@@ -179,8 +219,19 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	step := func(s, u int) {
 		bv := ZMM()
 		VMOVUPS(Mem{Base: bp, Disp: 64 * u}, bv)
+		if !two {
+			for i := 0; i < r; i++ {
+				VFMADD231PS_BCST(aAddr(i, u), bv, acc[s][i])
+			}
+			return
+		}
+		bv2 := ZMM()
+		VMOVUPS(Mem{Base: bp2, Disp: 64 * u}, bv2)
 		for i := 0; i < r; i++ {
-			VFMADD231PS_BCST(aAddr(i, u), bv, acc[s][i])
+			x := ZMM()
+			VBROADCASTSS(aAddr(i, u), x)
+			VFMADD231PS(x, bv, acc[s][i])
+			VFMADD231PS(x, bv2, acc2[s][i])
 		}
 	}
 	advance := func(u int) {
@@ -202,10 +253,18 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	JL(LabelRef(pre + "k1"))
 	Label(pre + "k4")
 	if g.pf != nil {
+		// Two panels take half the steps over the same data: two lines
+		// a step keep the prefetch as far ahead.
+		lines := 1
+		if two {
+			lines = 2
+		}
 		t := GP64()
 		MOVQ(*g.pf, t)
-		PREFETCHT1(Mem{Base: t})
-		ADDQ(U8(64), t)
+		for l := 0; l < lines; l++ {
+			PREFETCHT1(Mem{Base: t, Disp: 64 * l})
+		}
+		ADDQ(U8(64*lines), t)
 		CMPQ(t, *g.pfEnd)
 		CMOVQGT(*g.pfEnd, t)
 		MOVQ(t, *g.pf)
@@ -215,6 +274,9 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	}
 	advance(kUnroll)
 	ADDQ(U32(64*kUnroll), bp)
+	if two {
+		ADDQ(U32(64*kUnroll), bp2)
+	}
 	SUBQ(U8(kUnroll), kk)
 	JGE(LabelRef(pre + "k4"))
 	Label(pre + "k1")
@@ -224,6 +286,9 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	step(0, 0)
 	advance(1)
 	ADDQ(U8(64), bp)
+	if two {
+		ADDQ(U8(64), bp2)
+	}
 	DECQ(kk)
 	JNZ(LabelRef(pre + "k1loop"))
 
@@ -231,17 +296,30 @@ func (g panelGemm512) block(r int, aBlk, cBlk, ld Register) {
 	for s := 1; s < sets; s++ {
 		for i := 0; i < r; i++ {
 			VADDPS(acc[s][i], acc[0][i], acc[0][i])
+			if two {
+				VADDPS(acc2[s][i], acc2[0][i], acc2[0][i])
+			}
 		}
 	}
 	for i := 0; i < r; i++ {
 		VMOVUPS(acc[0][i], Mem{Base: cBlk, Disp: 64 * i})
 	}
+	if two {
+		c2 := c2Blk()
+		for i := 0; i < r; i++ {
+			VMOVUPS(acc2[0][i], Mem{Base: c2, Disp: 64 * i})
+		}
+	}
 	if g.epilogue != nil {
-		g.epilogue(r, acc[0])
+		g.epilogue(r, 0, acc[0])
+		if two {
+			g.epilogue(r, 1, acc2[0])
+		}
 	}
 }
 
-// gemmPanels512 emits gemmPanelsAVX512: panelGemm512 for each panel.
+// gemmPanels512 emits gemmPanelsAVX512: panelGemm512 for two panels at a
+// time, and for the last one when their number is odd.
 func gemmPanels512() {
 	TEXT("gemmPanelsAVX512", NOSPLIT, "func(m, n, k int, a []float32, ar, ac int, b []float32, pb int, c []float32, pc int, accumulate bool)")
 	Pragma("noescape")
@@ -257,32 +335,51 @@ func gemmPanels512() {
 	JZ(LabelRef("done"))
 	bPanel := Load(Param("b").Base(), GP64())
 	cPanel := Load(Param("c").Base(), GP64())
+	// The byte offsets of the next panel of B and of C.
+	pbBytes, pcBytes := AllocLocal(8), AllocLocal(8)
+	{
+		t := Load(Param("pb"), GP64())
+		SHLQ(U8(2), t)
+		MOVQ(t, pbBytes)
+		u := Load(Param("pc"), GP64())
+		SHLQ(U8(2), u)
+		MOVQ(u, pcBytes)
+	}
+	gemm := func(pre string, two bool) {
+		ac := Load(Param("ac"), GP64())
+		CMPQ(ac, U8(1))
+		JNE(LabelRef(pre + "bycols"))
+		g := panelGemm512{
+			pre: pre + "r", m: m, k: addr(Param("k")),
+			a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ar")),
+			accumulate: addr(Param("accumulate")),
+		}
+		if two {
+			g.b2, g.c2 = pbBytes, pcBytes
+		}
+		g.emit()
+		JMP(LabelRef(pre + "next"))
+		Label(pre + "bycols")
+		g.pre, g.stride, g.cols = pre+"c", addr(Param("ac")), true
+		g.emit()
+		Label(pre + "next")
+	}
 
-	Label("panel")
-	ac := Load(Param("ac"), GP64())
-	CMPQ(ac, U8(1))
-	JNE(LabelRef("bycols"))
-	panelGemm512{
-		pre: "r", m: m, k: addr(Param("k")),
-		a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ar")),
-		accumulate: addr(Param("accumulate")),
-	}.emit()
-	JMP(LabelRef("next"))
-	Label("bycols")
-	panelGemm512{
-		pre: "c", m: m, k: addr(Param("k")),
-		a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ac")), cols: true,
-		accumulate: addr(Param("accumulate")),
-	}.emit()
-	Label("next")
-	pb := Load(Param("pb"), GP64())
-	SHLQ(U8(2), pb)
-	ADDQ(pb, bPanel)
-	pc := Load(Param("pc"), GP64())
-	SHLQ(U8(2), pc)
-	ADDQ(pc, cPanel)
-	SUBQ(U8(16), j)
-	JNZ(LabelRef("panel"))
+	Label("pair")
+	CMPQ(j, U8(32))
+	JL(LabelRef("single"))
+	gemm("two", true)
+	for range 2 {
+		ADDQ(pbBytes, bPanel)
+		ADDQ(pcBytes, cPanel)
+	}
+	SUBQ(U8(32), j)
+	JMP(LabelRef("pair"))
+
+	Label("single")
+	TESTQ(j, j)
+	JZ(LabelRef("done"))
+	gemm("one", false)
 
 	Label("done")
 	VZEROUPPER()
@@ -562,7 +659,10 @@ func onlineSoftmax512() {
 
 // attendPanels512 emits attendPanelsAVX512, attendPanelsAVX2 with a panel
 // in one zmm register: the running maximum of the logits is a register
-// that each 8-key block of Sᵀ = K·Qᵀ updates as it is stored.
+// that each block of Sᵀ = K·Qᵀ updates as it is stored. Where st holds
+// two panels' logits it takes the panels two at a time, each product
+// one panelGemm512 over both, so that every load of K and V feeds two
+// FMAs; the last panel of an odd number goes alone.
 func attendPanels512() {
 	TEXT("attendPanelsAVX512", NOSPLIT, "func(np, n, d int, k []float32, kr, kc int, qt []float32, pq int, st, v []float32, vr, vc int, m, l, acc []float32, pacc int, pfk, pfv []float32)")
 	Pragma("noescape")
@@ -599,8 +699,110 @@ func attendPanels512() {
 		MOVQ(e, x.end)
 	}
 	n, st := addr(Param("n")), addr(Param("st").Base())
+	// For the pairs: the byte offsets of the second panel of Qᵀ (pq),
+	// of the logits (16·n) and of the accumulator (pacc), and the second
+	// panel's pointers. pairs is 1 where st holds two panels.
+	pqBytes, stBytes, paccBytes := AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	st2, mp2, lp2, accp2 := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	pairs := AllocLocal(8)
+	{
+		t := Load(Param("pq"), GP64())
+		SHLQ(U8(2), t)
+		MOVQ(t, pqBytes)
+		t = Load(Param("pacc"), GP64())
+		SHLQ(U8(2), t)
+		MOVQ(t, paccBytes)
+		t = Load(Param("n"), GP64())
+		SHLQ(U8(6), t)
+		MOVQ(t, stBytes)
+		u := GP64()
+		MOVQ(st, u)
+		ADDQ(t, u)
+		MOVQ(u, st2)
+		SHLQ(U8(1), t) // bytes of two panels of logits
+		w, one := GP64(), GP64()
+		XORQ(w, w)
+		MOVQ(U32(1), one)
+		ln := Load(Param("st").Len(), GP64())
+		SHLQ(U8(2), ln)
+		CMPQ(ln, t)
+		CMOVQGE(one, w)
+		MOVQ(w, pairs)
+	}
 
 	Label("panel")
+	CMPQ(npMem, U8(2))
+	JL(LabelRef("single"))
+	CMPQ(pairs, U8(0))
+	JE(LabelRef("single"))
+	{
+		for _, x := range []struct {
+			dst, src Mem
+			off      Op
+		}{{mp2, mp, U8(64)}, {lp2, lp, U8(64)}, {accp2, accp, paccBytes}} {
+			t := GP64()
+			MOVQ(x.src, t)
+			if o, ok := x.off.(U8); ok {
+				ADDQ(o, t)
+			} else {
+				ADDQ(x.off, t)
+			}
+			MOVQ(t, x.dst)
+		}
+		mx := [2]VecVirtual{ZMM(), ZMM()}
+		for i, p := range []Mem{mp, mp2} {
+			t := GP64()
+			MOVQ(p, t)
+			VMOVUPS(Mem{Base: t}, mx[i])
+		}
+		CMPQ(n, U8(0))
+		JE(LabelRef("pstep"))
+		epi := func(r, panel int, acc []VecVirtual) {
+			for i := 0; i < r; i++ {
+				VMAXPS(acc[i], mx[panel], mx[panel])
+			}
+		}
+		qk := panelGemm512{
+			pre: "pqkr", m: n, k: addr(Param("d")),
+			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kr")),
+			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi, b2: pqBytes, c2: stBytes,
+		}
+		CMPQ(addr(Param("kc")), U8(1))
+		JNE(LabelRef("pqkcols"))
+		qk.emit()
+		JMP(LabelRef("pstep"))
+		Label("pqkcols")
+		qk.pre, qk.stride, qk.cols = "pqkc", addr(Param("kc")), true
+		qk.emit()
+
+		Label("pstep")
+		softmaxStep512("ps0", mx[0], mp, lp, accp, st, n, addr(Param("d")), true)
+		softmaxStep512("ps1", mx[1], mp2, lp2, accp2, st2, n, addr(Param("d")), true)
+
+		CMPQ(n, U8(0))
+		JE(LabelRef("pnext"))
+		panelGemm512{
+			pre: "ppv", m: addr(Param("d")), k: n,
+			a: addr(Param("v").Base()), b: st, c: accp, stride: addr(Param("vc")), cols: true,
+			accStatic: true, pf: &pfv, pfEnd: &pfvEnd, b2: stBytes, c2: paccBytes,
+		}.emit()
+
+		Label("pnext")
+		t := GP64()
+		MOVQ(pqBytes, t)
+		SHLQ(U8(1), t)
+		ADDQ(t, qtp)
+		MOVQ(paccBytes, t)
+		SHLQ(U8(1), t)
+		ADDQ(t, accp)
+		ADDQ(U8(128), mp)
+		ADDQ(U8(128), lp)
+		SUBQ(U8(2), npMem)
+		JNZ(LabelRef("panel"))
+		JMP(LabelRef("done"))
+	}
+
+	Label("single")
 	mx := ZMM()
 	{
 		p := GP64()
@@ -610,7 +812,7 @@ func attendPanels512() {
 	CMPQ(n, U8(0))
 	JE(LabelRef("step"))
 	{
-		epi := func(r int, acc []VecVirtual) {
+		epi := func(r, _ int, acc []VecVirtual) {
 			for i := 0; i < r; i++ {
 				VMAXPS(acc[i], mx, mx)
 			}
