@@ -7,9 +7,11 @@ import "math"
 // spills to the stack, and a loop counter spilled there puts a store and
 // a load on every iteration's path. So the products copy a chunk of B,
 // up to Panel columns × gemmKC rows, into columns (bt), and each row of A
-// then takes its dot products with six columns at a time (dot6, dot4,
-// dot1: small functions, so that their loops hold nothing else), where
-// every load is sequential and the bounds checks are proven away.
+// then takes its dot products with six columns at a time (dot6, then
+// dot4 and dotGeneric for the rest: small functions, so that their
+// loops hold nothing else), where every load is sequential and the
+// bounds checks are proven away. A chunk of B is copied once for all
+// the rows of A, so the copy costs about one row's worth of work.
 const gemmKC = 128
 
 // gemmGeneric is the plain Go Gemm.
