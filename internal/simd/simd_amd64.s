@@ -52801,8 +52801,7 @@ TEXT ·gemmPanelsAVX512(SB), NOSPLIT, $16-129
 pair:
 	CMPQ CX, $0x20
 	JL   single
-	MOVQ ac+56(FP), SI
-	CMPQ SI, $0x01
+	CMPQ ac+56(FP), $0x01
 	JNE  twobycols
 	MOVQ a_base+24(FP), SI
 	MOVQ BX, DI
@@ -54087,7 +54086,7 @@ tworb7store:
 	VMOVUPS Z13, 384(SI)
 
 tworend:
-	JMP twonext
+	JMP twoend
 
 twobycols:
 	MOVQ a_base+24(FP), SI
@@ -55364,7 +55363,7 @@ twocb7store:
 	VMOVUPS Z13, 384(SI)
 
 twocend:
-twonext:
+twoend:
 	ADDQ (SP), DX
 	ADDQ 8(SP), BX
 	ADDQ (SP), DX
@@ -55375,8 +55374,7 @@ twonext:
 single:
 	TESTQ CX, CX
 	JZ    done
-	MOVQ  ac+56(FP), CX
-	CMPQ  CX, $0x01
+	CMPQ  ac+56(FP), $0x01
 	JNE   onebycols
 	MOVQ  a_base+24(FP), CX
 	MOVQ  AX, AX
@@ -56059,7 +56057,7 @@ onerb7store:
 	VMOVUPS Z6, 384(BX)
 
 onerend:
-	JMP onenext
+	JMP oneend
 
 onebycols:
 	MOVQ a_base+24(FP), CX
@@ -56731,7 +56729,7 @@ onecb7store:
 	VMOVUPS Z6, 384(BX)
 
 onecend:
-onenext:
+oneend:
 done:
 	VZEROUPPER
 	RET
@@ -57025,10 +57023,10 @@ TEXT ·attendPanelsAVX512(SB), NOSPLIT, $136-288
 	MOVQ    AX, 72(SP)
 	MOVQ    pacc+232(FP), AX
 	SHLQ    $0x02, AX
-	MOVQ    AX, 88(SP)
+	MOVQ    AX, 80(SP)
 	MOVQ    n+8(FP), AX
 	SHLQ    $0x06, AX
-	MOVQ    AX, 80(SP)
+	MOVQ    AX, 88(SP)
 	MOVQ    st_base+96(FP), CX
 	ADDQ    AX, CX
 	MOVQ    CX, 96(SP)
@@ -57053,7 +57051,7 @@ panel:
 	ADDQ    $0x40, AX
 	MOVQ    AX, 112(SP)
 	MOVQ    16(SP), AX
-	ADDQ    88(SP), AX
+	ADDQ    80(SP), AX
 	MOVQ    AX, 120(SP)
 	MOVQ    24(SP), AX
 	VMOVUPS (AX), Z0
@@ -57062,7 +57060,7 @@ panel:
 	CMPQ    n+8(FP), $0x00
 	JE      pstep
 	CMPQ    kc+56(FP), $0x01
-	JNE     pqkcols
+	JNE     pqkbycols
 	MOVQ    k_base+24(FP), AX
 	MOVQ    st_base+96(FP), CX
 	MOVQ    n+8(FP), DX
@@ -57266,7 +57264,7 @@ pqkrb8store:
 	VMOVUPS Z7, 320(CX)
 	VMOVUPS Z8, 384(CX)
 	VMOVUPS Z9, 448(CX)
-	MOVQ    80(SP), SI
+	MOVQ    88(SP), SI
 	ADDQ    CX, SI
 	VMOVUPS Z10, (SI)
 	VMOVUPS Z11, 64(SI)
@@ -57389,7 +57387,7 @@ pqkrb1store:
 	VADDPS  Z5, Z2, Z2
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS Z2, (CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z6, (AX)
 	VMAXPS  Z2, Z0, Z0
@@ -57501,7 +57499,7 @@ pqkrb2store:
 	VADDPS  Z17, Z11, Z11
 	VMOVUPS Z2, (CX)
 	VMOVUPS Z3, 64(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -57622,7 +57620,7 @@ pqkrb3store:
 	VMOVUPS Z2, (CX)
 	VMOVUPS Z3, 64(CX)
 	VMOVUPS Z4, 128(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -57769,7 +57767,7 @@ pqkrb4store:
 	VMOVUPS Z3, 64(CX)
 	VMOVUPS Z4, 128(CX)
 	VMOVUPS Z5, 192(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -57924,7 +57922,7 @@ pqkrb5store:
 	VMOVUPS Z4, 128(CX)
 	VMOVUPS Z5, 192(CX)
 	VMOVUPS Z6, 256(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z7, (AX)
 	VMOVUPS Z8, 64(AX)
@@ -58100,7 +58098,7 @@ pqkrb6store:
 	VMOVUPS Z5, 192(CX)
 	VMOVUPS Z6, 256(CX)
 	VMOVUPS Z7, 320(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -58297,7 +58295,7 @@ pqkrb7store:
 	VMOVUPS Z6, 256(CX)
 	VMOVUPS Z7, 320(CX)
 	VMOVUPS Z8, 384(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z9, (AX)
 	VMOVUPS Z10, 64(AX)
@@ -58322,9 +58320,9 @@ pqkrb7store:
 	VMAXPS  Z15, Z1, Z1
 
 pqkrend:
-	JMP pstep
+	JMP pqkend
 
-pqkcols:
+pqkbycols:
 	MOVQ k_base+24(FP), AX
 	MOVQ st_base+96(FP), CX
 	MOVQ n+8(FP), DX
@@ -58525,7 +58523,7 @@ pqkcb8store:
 	VMOVUPS Z7, 320(CX)
 	VMOVUPS Z8, 384(CX)
 	VMOVUPS Z9, 448(CX)
-	MOVQ    80(SP), SI
+	MOVQ    88(SP), SI
 	ADDQ    CX, SI
 	VMOVUPS Z10, (SI)
 	VMOVUPS Z11, 64(SI)
@@ -58649,7 +58647,7 @@ pqkcb1store:
 	VADDPS  Z5, Z2, Z2
 	VADDPS  Z9, Z6, Z6
 	VMOVUPS Z2, (CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z6, (AX)
 	VMAXPS  Z2, Z0, Z0
@@ -58762,7 +58760,7 @@ pqkcb2store:
 	VADDPS  Z17, Z11, Z11
 	VMOVUPS Z2, (CX)
 	VMOVUPS Z3, 64(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -58884,7 +58882,7 @@ pqkcb3store:
 	VMOVUPS Z2, (CX)
 	VMOVUPS Z3, 64(CX)
 	VMOVUPS Z4, 128(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -59031,7 +59029,7 @@ pqkcb4store:
 	VMOVUPS Z3, 64(CX)
 	VMOVUPS Z4, 128(CX)
 	VMOVUPS Z5, 192(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -59183,7 +59181,7 @@ pqkcb5store:
 	VMOVUPS Z4, 128(CX)
 	VMOVUPS Z5, 192(CX)
 	VMOVUPS Z6, 256(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z7, (AX)
 	VMOVUPS Z8, 64(AX)
@@ -59356,7 +59354,7 @@ pqkcb6store:
 	VMOVUPS Z5, 192(CX)
 	VMOVUPS Z6, 256(CX)
 	VMOVUPS Z7, 320(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -59550,7 +59548,7 @@ pqkcb7store:
 	VMOVUPS Z6, 256(CX)
 	VMOVUPS Z7, 320(CX)
 	VMOVUPS Z8, 384(CX)
-	MOVQ    80(SP), AX
+	MOVQ    88(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z9, (AX)
 	VMOVUPS Z10, 64(AX)
@@ -59575,6 +59573,7 @@ pqkcb7store:
 	VMAXPS  Z15, Z1, Z1
 
 pqkcend:
+pqkend:
 pstep:
 	MOVQ         24(SP), AX
 	MOVQ         32(SP), CX
@@ -59923,7 +59922,7 @@ ppvrows8:
 	VMOVUPS 320(CX), Z5
 	VMOVUPS 384(CX), Z6
 	VMOVUPS 448(CX), Z7
-	MOVQ    88(SP), SI
+	MOVQ    80(SP), SI
 	ADDQ    CX, SI
 	VMOVUPS (SI), Z8
 	VMOVUPS 64(SI), Z9
@@ -59937,7 +59936,7 @@ ppvrows8:
 	LEAQ    (BX)(BX*2), R9
 	MOVQ    st_base+96(FP), DI
 	MOVQ    n+8(FP), R8
-	MOVQ    80(SP), R10
+	MOVQ    88(SP), R10
 	ADDQ    DI, R10
 	SUBQ    $0x04, R8
 	JL      ppvb8k1
@@ -60106,7 +60105,7 @@ ppvb8store:
 	VMOVUPS Z5, 320(CX)
 	VMOVUPS Z6, 384(CX)
 	VMOVUPS Z7, 448(CX)
-	MOVQ    88(SP), SI
+	MOVQ    80(SP), SI
 	ADDQ    CX, SI
 	VMOVUPS Z8, (SI)
 	VMOVUPS Z9, 64(SI)
@@ -60141,7 +60140,7 @@ ppvtail:
 ppvrows1:
 	// Block of 1 rows.
 	VMOVUPS (CX), Z0
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z4
 	VXORPS  Z1, Z1, Z1
@@ -60153,7 +60152,7 @@ ppvrows1:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb1k1
@@ -60216,7 +60215,7 @@ ppvb1store:
 	VADDPS  Z3, Z0, Z0
 	VADDPS  Z7, Z4, Z4
 	VMOVUPS Z0, (CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z4, (AX)
 	JMP     ppvend
@@ -60225,7 +60224,7 @@ ppvrows2:
 	// Block of 2 rows.
 	VMOVUPS (CX), Z0
 	VMOVUPS 64(CX), Z1
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z8
 	VMOVUPS 64(DX), Z9
@@ -60244,7 +60243,7 @@ ppvrows2:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb2k1
@@ -60329,7 +60328,7 @@ ppvb2store:
 	VADDPS  Z15, Z9, Z9
 	VMOVUPS Z0, (CX)
 	VMOVUPS Z1, 64(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -60340,7 +60339,7 @@ ppvrows3:
 	VMOVUPS (CX), Z0
 	VMOVUPS 64(CX), Z1
 	VMOVUPS 128(CX), Z2
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z6
 	VMOVUPS 64(DX), Z7
@@ -60354,7 +60353,7 @@ ppvrows3:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb3k1
@@ -60449,7 +60448,7 @@ ppvb3store:
 	VMOVUPS Z0, (CX)
 	VMOVUPS Z1, 64(CX)
 	VMOVUPS Z2, 128(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z6, (AX)
 	VMOVUPS Z7, 64(AX)
@@ -60462,7 +60461,7 @@ ppvrows4:
 	VMOVUPS 64(CX), Z1
 	VMOVUPS 128(CX), Z2
 	VMOVUPS 192(CX), Z3
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z8
 	VMOVUPS 64(DX), Z9
@@ -60479,7 +60478,7 @@ ppvrows4:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb4k1
@@ -60592,7 +60591,7 @@ ppvb4store:
 	VMOVUPS Z1, 64(CX)
 	VMOVUPS Z2, 128(CX)
 	VMOVUPS Z3, 192(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -60607,7 +60606,7 @@ ppvrows5:
 	VMOVUPS 128(CX), Z2
 	VMOVUPS 192(CX), Z3
 	VMOVUPS 256(CX), Z4
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z5
 	VMOVUPS 64(DX), Z6
@@ -60617,7 +60616,7 @@ ppvrows5:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb5k1
@@ -60738,7 +60737,7 @@ ppvb5store:
 	VMOVUPS Z2, 128(CX)
 	VMOVUPS Z3, 192(CX)
 	VMOVUPS Z4, 256(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z5, (AX)
 	VMOVUPS Z6, 64(AX)
@@ -60755,7 +60754,7 @@ ppvrows6:
 	VMOVUPS 192(CX), Z3
 	VMOVUPS 256(CX), Z4
 	VMOVUPS 320(CX), Z5
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z6
 	VMOVUPS 64(DX), Z7
@@ -60766,7 +60765,7 @@ ppvrows6:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb6k1
@@ -60903,7 +60902,7 @@ ppvb6store:
 	VMOVUPS Z3, 192(CX)
 	VMOVUPS Z4, 256(CX)
 	VMOVUPS Z5, 320(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z6, (AX)
 	VMOVUPS Z7, 64(AX)
@@ -60922,7 +60921,7 @@ ppvrows7:
 	VMOVUPS 256(CX), Z4
 	VMOVUPS 320(CX), Z5
 	VMOVUPS 384(CX), Z6
-	MOVQ    88(SP), DX
+	MOVQ    80(SP), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Z7
 	VMOVUPS 64(DX), Z8
@@ -60934,7 +60933,7 @@ ppvrows7:
 	LEAQ    (BX)(BX*2), DI
 	MOVQ    st_base+96(FP), DX
 	MOVQ    n+8(FP), SI
-	MOVQ    80(SP), R8
+	MOVQ    88(SP), R8
 	ADDQ    DX, R8
 	SUBQ    $0x04, SI
 	JL      ppvb7k1
@@ -61087,7 +61086,7 @@ ppvb7store:
 	VMOVUPS Z4, 256(CX)
 	VMOVUPS Z5, 320(CX)
 	VMOVUPS Z6, 384(CX)
-	MOVQ    88(SP), AX
+	MOVQ    80(SP), AX
 	ADDQ    CX, AX
 	VMOVUPS Z7, (AX)
 	VMOVUPS Z8, 64(AX)
@@ -61102,7 +61101,7 @@ pnext:
 	MOVQ 72(SP), AX
 	SHLQ $0x01, AX
 	ADDQ AX, 8(SP)
-	MOVQ 88(SP), AX
+	MOVQ 80(SP), AX
 	SHLQ $0x01, AX
 	ADDQ AX, 16(SP)
 	ADDQ $0x80, 24(SP)
@@ -61117,7 +61116,7 @@ single:
 	CMPQ    n+8(FP), $0x00
 	JE      step
 	CMPQ    kc+56(FP), $0x01
-	JNE     qkcols
+	JNE     qkbycols
 	MOVQ    k_base+24(FP), AX
 	MOVQ    st_base+96(FP), CX
 	MOVQ    n+8(FP), DX
@@ -61781,9 +61780,9 @@ qkrb7store:
 	VMAXPS  Z7, Z0, Z0
 
 qkrend:
-	JMP step
+	JMP qkend
 
-qkcols:
+qkbycols:
 	MOVQ k_base+24(FP), AX
 	MOVQ st_base+96(FP), CX
 	MOVQ n+8(FP), DX
@@ -62438,6 +62437,7 @@ qkcb7store:
 	VMAXPS  Z7, Z0, Z0
 
 qkcend:
+qkend:
 step:
 	MOVQ         24(SP), AX
 	MOVQ         32(SP), CX
@@ -62471,20 +62471,20 @@ step:
 	VMOVUPS      Z0, (CX)
 	VCMPPS.BCST  $0x04, one<>+0(SB), Z2, K1
 	KORTESTW     K1, K1
-	JZ           sexp
+	JZ           s0exp
 	MOVQ         d+16(FP), AX
 	MOVQ         16(SP), DX
 	TESTQ        AX, AX
-	JZ           sexp
+	JZ           s0exp
 
-srescale:
+s0rescale:
 	VMULPS  (DX), Z2, Z0
 	VMOVUPS Z0, (DX)
 	ADDQ    $0x40, DX
 	DECQ    AX
-	JNZ     srescale
+	JNZ     s0rescale
 
-sexp:
+s0exp:
 	VBROADCASTSS exp2MinFast<>+0(SB), Z0
 	VBROADCASTSS exp2MagicFast<>+0(SB), Z2
 	VBROADCASTSS exp2C1<>+0(SB), Z3
@@ -62499,9 +62499,9 @@ sexp:
 	MOVQ         n+8(FP), AX
 	MOVQ         st_base+96(FP), DX
 
-se4:
+s0e4:
 	CMPQ        AX, $0x04
-	JL          se1
+	JL          s0e1
 	VMOVUPS     (DX), Z12
 	VSUBPS      Z1, Z12, Z12
 	VMULPS      Z9, Z12, Z12
@@ -62572,11 +62572,11 @@ se4:
 	VADDPS      Z13, Z11, Z11
 	ADDQ        $0x00000100, DX
 	SUBQ        $0x04, AX
-	JMP         se4
+	JMP         s0e4
 
-se1:
+s0e1:
 	TESTQ       AX, AX
-	JZ          ssumdone
+	JZ          s0sumdone
 	VMOVUPS     (DX), Z12
 	VSUBPS      Z1, Z12, Z12
 	VMULPS      Z9, Z12, Z12
@@ -62596,9 +62596,9 @@ se1:
 	VADDPS      Z12, Z10, Z10
 	ADDQ        $0x40, DX
 	DECQ        AX
-	JMP         se1
+	JMP         s0e1
 
-ssumdone:
+s0sumdone:
 	VADDPS  Z11, Z10, Z10
 	VADDPS  (CX), Z10, Z10
 	VMOVUPS Z10, (CX)
@@ -63223,15 +63223,13 @@ pvb7store:
 
 pvend:
 next:
-	MOVQ pq+88(FP), AX
-	SHLQ $0x02, AX
+	MOVQ 72(SP), AX
 	ADDQ AX, 8(SP)
-	MOVQ pacc+232(FP), AX
-	SHLQ $0x02, AX
+	MOVQ 80(SP), AX
 	ADDQ AX, 16(SP)
 	ADDQ $0x40, 24(SP)
 	ADDQ $0x40, 32(SP)
-	DECQ (SP)
+	SUBQ $0x01, (SP)
 	JNZ  panel
 
 done:

@@ -81,6 +81,32 @@ func (g panelGemm512) emit() {
 	Label(g.pre + "end")
 }
 
+// emitRowsOrCols emits g twice, for A read by rows (row stride rows)
+// where sel holds 1 and by columns (column stride cols) otherwise, and
+// the test between them.
+func (g panelGemm512) emitRowsOrCols(sel, rows, cols Op) {
+	pre := g.pre
+	CMPQ(sel, U8(1))
+	JNE(LabelRef(pre + "bycols"))
+	g.pre, g.stride = pre+"r", rows
+	g.emit()
+	JMP(LabelRef(pre + "end"))
+	Label(pre + "bycols")
+	g.pre, g.stride, g.cols = pre+"c", cols, true
+	g.emit()
+	Label(pre + "end")
+}
+
+// floatBytes returns a frame slot holding the int parameter name times
+// 4: a count of float32s as bytes.
+func floatBytes(name string) Mem {
+	slot := AllocLocal(8)
+	t := Load(Param(name), GP64())
+	SHLQ(U8(2), t)
+	MOVQ(t, slot)
+	return slot
+}
+
 // sets512 is the number of sets of accumulators of an r-row block, used
 // in turn on the steps of k so that short blocks have 4 to 8 FMA chains.
 func sets512(r int) int {
@@ -336,33 +362,17 @@ func gemmPanels512() {
 	bPanel := Load(Param("b").Base(), GP64())
 	cPanel := Load(Param("c").Base(), GP64())
 	// The byte offsets of the next panel of B and of C.
-	pbBytes, pcBytes := AllocLocal(8), AllocLocal(8)
-	{
-		t := Load(Param("pb"), GP64())
-		SHLQ(U8(2), t)
-		MOVQ(t, pbBytes)
-		u := Load(Param("pc"), GP64())
-		SHLQ(U8(2), u)
-		MOVQ(u, pcBytes)
-	}
+	pbBytes, pcBytes := floatBytes("pb"), floatBytes("pc")
 	gemm := func(pre string, two bool) {
-		ac := Load(Param("ac"), GP64())
-		CMPQ(ac, U8(1))
-		JNE(LabelRef(pre + "bycols"))
 		g := panelGemm512{
-			pre: pre + "r", m: m, k: addr(Param("k")),
-			a: addr(Param("a").Base()), b: bPanel, c: cPanel, stride: addr(Param("ar")),
+			pre: pre, m: m, k: addr(Param("k")),
+			a: addr(Param("a").Base()), b: bPanel, c: cPanel,
 			accumulate: addr(Param("accumulate")),
 		}
 		if two {
 			g.b2, g.c2 = pbBytes, pcBytes
 		}
-		g.emit()
-		JMP(LabelRef(pre + "next"))
-		Label(pre + "bycols")
-		g.pre, g.stride, g.cols = pre+"c", addr(Param("ac")), true
-		g.emit()
-		Label(pre + "next")
+		g.emitRowsOrCols(addr(Param("ac")), addr(Param("ar")), addr(Param("ac")))
 	}
 
 	Label("pair")
@@ -702,17 +712,12 @@ func attendPanels512() {
 	// For the pairs: the byte offsets of the second panel of Qᵀ (pq),
 	// of the logits (16·n) and of the accumulator (pacc), and the second
 	// panel's pointers. pairs is 1 where st holds two panels.
-	pqBytes, stBytes, paccBytes := AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	pqBytes, paccBytes := floatBytes("pq"), floatBytes("pacc")
+	stBytes := AllocLocal(8)
 	st2, mp2, lp2, accp2 := AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	pairs := AllocLocal(8)
 	{
-		t := Load(Param("pq"), GP64())
-		SHLQ(U8(2), t)
-		MOVQ(t, pqBytes)
-		t = Load(Param("pacc"), GP64())
-		SHLQ(U8(2), t)
-		MOVQ(t, paccBytes)
-		t = Load(Param("n"), GP64())
+		t := Load(Param("n"), GP64())
 		SHLQ(U8(6), t)
 		MOVQ(t, stBytes)
 		u := GP64()
@@ -730,131 +735,95 @@ func attendPanels512() {
 		MOVQ(w, pairs)
 	}
 
-	Label("panel")
-	CMPQ(npMem, U8(2))
-	JL(LabelRef("single"))
-	CMPQ(pairs, U8(0))
-	JE(LabelRef("single"))
-	{
-		for _, x := range []struct {
-			dst, src Mem
-			off      Op
-		}{{mp2, mp, U8(64)}, {lp2, lp, U8(64)}, {accp2, accp, paccBytes}} {
-			t := GP64()
-			MOVQ(x.src, t)
-			if o, ok := x.off.(U8); ok {
-				ADDQ(o, t)
-			} else {
-				ADDQ(x.off, t)
+	// visit emits the products and the softmax of one panel, or of two
+	// (the second's pointers in mp2, lp2, accp2 and st2), and the step to
+	// the next.
+	visit := func(pre string, two bool) {
+		panels := 1
+		if two {
+			panels = 2
+			for _, x := range []struct {
+				dst, src Mem
+				off      Op
+			}{{mp2, mp, U8(64)}, {lp2, lp, U8(64)}, {accp2, accp, paccBytes}} {
+				t := GP64()
+				MOVQ(x.src, t)
+				if o, ok := x.off.(U8); ok {
+					ADDQ(o, t)
+				} else {
+					ADDQ(x.off, t)
+				}
+				MOVQ(t, x.dst)
 			}
-			MOVQ(t, x.dst)
 		}
-		mx := [2]VecVirtual{ZMM(), ZMM()}
-		for i, p := range []Mem{mp, mp2} {
+		mps := []Mem{mp, mp2}[:panels]
+		mx := newZMMs(panels)
+		for i, p := range mps {
 			t := GP64()
 			MOVQ(p, t)
 			VMOVUPS(Mem{Base: t}, mx[i])
 		}
 		CMPQ(n, U8(0))
-		JE(LabelRef("pstep"))
-		epi := func(r, panel int, acc []VecVirtual) {
-			for i := 0; i < r; i++ {
-				VMAXPS(acc[i], mx[panel], mx[panel])
-			}
-		}
+		JE(LabelRef(pre + "step"))
 		qk := panelGemm512{
-			pre: "pqkr", m: n, k: addr(Param("d")),
-			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kr")),
-			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi, b2: pqBytes, c2: stBytes,
+			pre: pre + "qk", m: n, k: addr(Param("d")),
+			a: addr(Param("k").Base()), b: qtp, c: st,
+			pf: &pfk, pfEnd: &pfkEnd,
+			epilogue: func(r, panel int, acc []VecVirtual) {
+				for i := 0; i < r; i++ {
+					VMAXPS(acc[i], mx[panel], mx[panel])
+				}
+			},
 		}
-		CMPQ(addr(Param("kc")), U8(1))
-		JNE(LabelRef("pqkcols"))
-		qk.emit()
-		JMP(LabelRef("pstep"))
-		Label("pqkcols")
-		qk.pre, qk.stride, qk.cols = "pqkc", addr(Param("kc")), true
-		qk.emit()
+		pv := panelGemm512{
+			pre: pre + "pv", m: addr(Param("d")), k: n,
+			a: addr(Param("v").Base()), b: st, c: accp, stride: addr(Param("vc")), cols: true,
+			accStatic: true, pf: &pfv, pfEnd: &pfvEnd,
+		}
+		if two {
+			qk.b2, qk.c2 = pqBytes, stBytes
+			pv.b2, pv.c2 = stBytes, paccBytes
+		}
+		qk.emitRowsOrCols(addr(Param("kc")), addr(Param("kr")), addr(Param("kc")))
 
-		Label("pstep")
-		softmaxStep512("ps0", mx[0], mp, lp, accp, st, n, addr(Param("d")), true)
-		softmaxStep512("ps1", mx[1], mp2, lp2, accp2, st2, n, addr(Param("d")), true)
+		Label(pre + "step")
+		softmaxStep512(pre+"s0", mx[0], mp, lp, accp, st, n, addr(Param("d")), true)
+		if two {
+			softmaxStep512(pre+"s1", mx[1], mp2, lp2, accp2, st2, n, addr(Param("d")), true)
+		}
 
 		CMPQ(n, U8(0))
-		JE(LabelRef("pnext"))
-		panelGemm512{
-			pre: "ppv", m: addr(Param("d")), k: n,
-			a: addr(Param("v").Base()), b: st, c: accp, stride: addr(Param("vc")), cols: true,
-			accStatic: true, pf: &pfv, pfEnd: &pfvEnd, b2: stBytes, c2: paccBytes,
-		}.emit()
+		JE(LabelRef(pre + "next"))
+		pv.emit()
 
-		Label("pnext")
-		t := GP64()
-		MOVQ(pqBytes, t)
-		SHLQ(U8(1), t)
-		ADDQ(t, qtp)
-		MOVQ(paccBytes, t)
-		SHLQ(U8(1), t)
-		ADDQ(t, accp)
-		ADDQ(U8(128), mp)
-		ADDQ(U8(128), lp)
-		SUBQ(U8(2), npMem)
+		Label(pre + "next")
+		for _, x := range []struct {
+			step Mem
+			p    Mem
+		}{{pqBytes, qtp}, {paccBytes, accp}} {
+			t := GP64()
+			MOVQ(x.step, t)
+			if two {
+				SHLQ(U8(1), t)
+			}
+			ADDQ(t, x.p)
+		}
+		ADDQ(U8(64*panels), mp)
+		ADDQ(U8(64*panels), lp)
+		SUBQ(U8(panels), npMem)
 		JNZ(LabelRef("panel"))
-		JMP(LabelRef("done"))
 	}
+
+	Label("panel")
+	CMPQ(npMem, U8(2))
+	JL(LabelRef("single"))
+	CMPQ(pairs, U8(0))
+	JE(LabelRef("single"))
+	visit("p", true)
+	JMP(LabelRef("done"))
 
 	Label("single")
-	mx := ZMM()
-	{
-		p := GP64()
-		MOVQ(mp, p)
-		VMOVUPS(Mem{Base: p}, mx)
-	}
-	CMPQ(n, U8(0))
-	JE(LabelRef("step"))
-	{
-		epi := func(r, _ int, acc []VecVirtual) {
-			for i := 0; i < r; i++ {
-				VMAXPS(acc[i], mx, mx)
-			}
-		}
-		CMPQ(addr(Param("kc")), U8(1))
-		JNE(LabelRef("qkcols"))
-		panelGemm512{
-			pre: "qkr", m: n, k: addr(Param("d")),
-			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kr")),
-			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi,
-		}.emit()
-		JMP(LabelRef("step"))
-		Label("qkcols")
-		panelGemm512{
-			pre: "qkc", m: n, k: addr(Param("d")),
-			a: addr(Param("k").Base()), b: qtp, c: st, stride: addr(Param("kc")), cols: true,
-			pf: &pfk, pfEnd: &pfkEnd, epilogue: epi,
-		}.emit()
-	}
-
-	Label("step")
-	softmaxStep512("s", mx, mp, lp, accp, st, n, addr(Param("d")), true)
-
-	CMPQ(n, U8(0))
-	JE(LabelRef("next"))
-	panelGemm512{
-		pre: "pv", m: addr(Param("d")), k: n,
-		a: addr(Param("v").Base()), b: st, c: accp, stride: addr(Param("vc")), cols: true,
-		accStatic: true, pf: &pfv, pfEnd: &pfvEnd,
-	}.emit()
-
-	Label("next")
-	pq := Load(Param("pq"), GP64())
-	SHLQ(U8(2), pq)
-	ADDQ(pq, qtp)
-	pacc := Load(Param("pacc"), GP64())
-	SHLQ(U8(2), pacc)
-	ADDQ(pacc, accp)
-	ADDQ(U8(64), mp)
-	ADDQ(U8(64), lp)
-	DECQ(npMem)
-	JNZ(LabelRef("panel"))
+	visit("", false)
 
 	Label("done")
 	VZEROUPPER()
