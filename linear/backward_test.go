@@ -8,9 +8,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/internal/gradbench"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -515,27 +515,6 @@ func benchmarkBackward(b *testing.B, s attn.Shape, causal bool) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		q, k, v := ref.Normal(rng, s.QLen()), ref.Normal(rng, s.KVLen()), ref.Normal(rng, s.KVLen())
 		g := ref.Normal(rng, s.QLen())
-		out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-		dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
-		o := attn.Options{Causal: causal}
-		a := New(Config{})
-		ctx := context.Background()
-		var tf, tb time.Duration
-		for b.Loop() {
-			t0 := time.Now()
-			if err := a.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
-				b.Fatal(err)
-			}
-			t1 := time.Now()
-			if err := a.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
-				b.Fatal(err)
-			}
-			tf += t1.Sub(t0)
-			tb += time.Since(t1)
-		}
-		n := float64(b.N)
-		b.ReportMetric(tf.Seconds()/n*1e3, "fwd-ms")
-		b.ReportMetric(tb.Seconds()/n*1e3, "bwd-ms")
-		b.ReportMetric(tb.Seconds()/tf.Seconds(), "bwd/fwd")
+		gradbench.Run(b, New(Config{}), s, attn.Options{Causal: causal}, q, k, v, g)
 	})
 }

@@ -7,10 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
+	"github.com/attnkit/attn/internal/gradbench"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -670,31 +670,11 @@ func BenchmarkBackwardRatio(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			q, k, v := inputs(rng, s, unitScale(s.D))
 			g := ref.Normal(rng, s.QLen())
-			out, lse := make([]float32, s.QLen()), make([]float32, s.LSELen())
-			dq, dk, dv := make([]float32, s.QLen()), make([]float32, s.KVLen()), make([]float32, s.KVLen())
-			o := attn.Options{Causal: causal}
 			p, err := New(Config{Min: -1})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.Background()
-			var tf, tb time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				if err := p.Forward(ctx, s, q, k, v, o, out, lse); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := p.Backward(ctx, s, q, k, v, out, lse, g, o, dq, dk, dv); err != nil {
-					b.Fatal(err)
-				}
-				tf += t1.Sub(t0)
-				tb += time.Since(t1)
-			}
-			n := float64(b.N)
-			b.ReportMetric(tf.Seconds()/n*1e3, "fwd-ms")
-			b.ReportMetric(tb.Seconds()/n*1e3, "bwd-ms")
-			b.ReportMetric(tb.Seconds()/tf.Seconds(), "bwd/fwd")
+			gradbench.Run(b, p, s, attn.Options{Causal: causal}, q, k, v, g)
 		})
 	}
 }
