@@ -26,17 +26,9 @@ func TestWiden(t *testing.T) {
 		{"group 2→4", small, Config{Dim: 80, Hidden: 50, Layers: 2, Heads: 8, KVHeads: 2}},
 		{"hidden,layers", small, Config{Dim: 40, Hidden: 70, Layers: 3, Heads: 4, KVHeads: 2}},
 		{"all,tied", func() Config { c := small; c.TiedOutput = true; return c }(), Config{Dim: 80, Hidden: 90, Layers: 3, Heads: 8, KVHeads: 2}},
-		{"bias", func() Config { c := small; c.QKVBias = true; c.KVHeads = 1; return c }(), Config{Dim: 60, Hidden: 60, Layers: 2, Heads: 6, KVHeads: 2}},
+		{"bias", func() Config { c := small; c.QKVBias = true; c.KVHeads = 1; return c }(), Config{Dim: 80, Hidden: 60, Layers: 2, Heads: 8, KVHeads: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "bias" {
-				// Heads/KVHeads 4 → 3 shrinks a group: refused.
-				w, _ := RandomWeights(tc.from, 1)
-				if _, err := Widen(w, tc.to, 2); !errors.Is(err, attn.ErrInput) {
-					t.Fatalf("group 4 → 3: err = %v, want ErrInput", err)
-				}
-				tc.to = Config{Dim: 80, Hidden: 60, Layers: 2, Heads: 8, KVHeads: 2}
-			}
 			w, err := RandomWeights(tc.from, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -122,6 +114,14 @@ func TestWidenErrors(t *testing.T) {
 		if _, err := Widen(w, to, 1); !errors.Is(err, attn.ErrInput) && !errors.Is(err, ErrFormat) {
 			t.Errorf("%+v: err = %v, want an input error", to, err)
 		}
+	}
+	// With biases, one key/value head for 4 query heads: 6 heads on 2
+	// key/value heads would shrink the group to 3.
+	bc := Config{Dim: 40, Hidden: 50, Layers: 2, Heads: 4, KVHeads: 1, Vocab: 47, QKVBias: true}
+	if bw, err := RandomWeights(bc, 1); err != nil {
+		t.Fatal(err)
+	} else if _, err := Widen(bw, Config{Dim: 60, Hidden: 60, Layers: 2, Heads: 6, KVHeads: 2}, 2); !errors.Is(err, attn.ErrInput) {
+		t.Errorf("group 4 → 3: err = %v, want ErrInput", err)
 	}
 	if _, err := Widen(nil, c, 1); !errors.Is(err, attn.ErrInput) {
 		t.Errorf("nil weights: err = %v", err)
