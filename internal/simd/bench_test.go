@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,53 @@ func BenchmarkGemm(b *testing.B) {
 				}
 			})
 		}
+	})
+}
+
+// BenchmarkGemmAllCores runs the product of two 64×64 tiles into a third,
+// attention's tile product, on every core at once (GOMAXPROCS workers),
+// each worker cycling through its own eight sets of operands (384 KiB,
+// more than a first-level cache holds), and reports the sum of their
+// rates next to the FMA peak of as many workers measured the same way
+// (median chunks, runChunks) in the same iteration: how close to the
+// arithmetic peak the products can come when all the cores run them,
+// as attention's parallel loops do. BenchmarkGemm measures one core.
+func BenchmarkGemmAllCores(b *testing.B) {
+	workers := runtime.GOMAXPROCS(0)
+	forEachImplB(b, func(b *testing.B, impl implementation) {
+		if !timed(impl) {
+			b.Skip("the pure-Go products are not compared with the peak")
+		}
+		const m, n, k, sets = 64, 64, 64, 8
+		r := rand.New(rand.NewPCG(1, 2))
+		type operands struct{ a, b, c []float32 }
+		ops := make([]operands, workers*sets)
+		for i := range ops {
+			ops[i] = operands{randSlice(r, m*k, -1, 1), randSlice(r, k*n, -1, 1), make([]float32, m*n)}
+		}
+		products := func(w int) int64 {
+			for _, o := range ops[w*sets:][:sets] {
+				impl.gemm(m, n, k, o.a, k, o.b, n, o.c, n, true)
+			}
+			return 2 * m * n * k * sets
+		}
+		const iters = 1 << 12
+		fma := func(int) int64 {
+			impl.fmaPeak(iters)
+			return iters * PeakFlopsPerIter
+		}
+		var gemm, peak []float64
+		for b.Loop() {
+			peak = append(peak, runChunks(workers, 100*time.Millisecond, 3, fma)/1e9)
+			gemm = append(gemm, runChunks(workers, 100*time.Millisecond, 3, products)/1e9)
+		}
+		slices.Sort(gemm)
+		slices.Sort(peak)
+		g, p := gemm[len(gemm)/2], peak[len(peak)/2]
+		b.ReportMetric(g, "GFLOP/s")
+		b.ReportMetric(p, "peak-GFLOP/s")
+		b.ReportMetric(100*g/p, "%peak")
+		b.ReportMetric(float64(workers), "workers")
 	})
 }
 
