@@ -65,6 +65,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	spread := fs.Float64("spread", 0, "with -retrieval, share `P` of planted windows whose questions end a prefix of random length (1/8 to all of the window) with text after, so that answering does not hang on the window's end")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
+	hardWeight := fs.Float64("hard-weight", 1, "with -retrieval, multiply by `F` the weight of each answer token whose preceding token occurs more than once in the answer (the 3 and 8 after 508's 8 and 3: where copying by the token before is ambiguous)")
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
 	var tc model.TrainConfig
@@ -124,6 +125,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("-asks %d: want 1 to %d", *asks, needle.MaxFacts)
 	case !(*answerWeight >= 1 && *answerWeight <= 1000):
 		return fmt.Errorf("-answer-weight %v: want 1 to 1000", *answerWeight)
+	case !(*hardWeight >= 1 && *hardWeight <= 1000):
+		return fmt.Errorf("-hard-weight %v: want 1 to 1000", *hardWeight)
 	case *ropeBase < 0 || math.IsInf(*ropeBase, 0) || (*ropeBase > 0 && *ropeBase <= 1):
 		return fmt.Errorf("-rope-base %v: want 0 or a finite value > 1", *ropeBase)
 	case *valNeedle < 0 || *valNeedle > 1000:
@@ -133,6 +136,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tc.Tasks = fmt.Sprintf("retrieval=%g,facts=%d", *retrieval, *facts)
 		if *answerWeight != 1 {
 			tc.Tasks += fmt.Sprintf(",weight=%g", *answerWeight)
+		}
+		if *hardWeight != 1 {
+			tc.Tasks += fmt.Sprintf(",hard=%g", *hardWeight)
 		}
 		if *asks != 1 {
 			tc.Tasks += fmt.Sprintf(",asks=%d", *asks)
@@ -521,6 +527,7 @@ type taskMix struct {
 	copy   float64 // share of windows ending with a copy of a stretch of themselves
 	induct float64 // share of windows of random pieces whose second half copies stretches of the first
 	weight float32 // of the answer's tokens in the loss
+	hard   float32 // factor on the weight of an answer token whose preceding token recurs in the answer
 	batch  int
 	pool   []int // the pieces induction windows draw from: the vocabulary less its control pieces
 }
@@ -530,7 +537,7 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 	if tc.Tasks == "" {
 		return nil, nil
 	}
-	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1, asks: 1, weight: 1}
+	m := &taskMix{seed: tc.Seed, batch: tc.Batch, facts: 1, asks: 1, weight: 1, hard: 1}
 	for item := range strings.SplitSeq(tc.Tasks, ",") {
 		k, v, _ := strings.Cut(item, "=")
 		var err error
@@ -553,12 +560,19 @@ func newTaskMix(tok *tokenizer.Tokenizer, tc model.TrainConfig) (*taskMix, error
 			var w float64
 			w, err = strconv.ParseFloat(v, 32)
 			m.weight = float32(w)
+		case "hard":
+			var w float64
+			w, err = strconv.ParseFloat(v, 32)
+			m.hard = float32(w)
 		default:
 			err = fmt.Errorf("unknown task %q", k)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("training tasks %q: %v", tc.Tasks, err)
 		}
+	}
+	if !(m.hard >= 1 && m.hard <= 1000) {
+		return nil, fmt.Errorf("training tasks %q: want hard in [1, 1000]", tc.Tasks)
 	}
 	if !(m.spread >= 0 && m.spread <= 1) || !(m.repeat >= 0 && m.repeat <= 1) {
 		return nil, fmt.Errorf("training tasks %q: want spread and repeats in [0, 1]", tc.Tasks)
@@ -648,7 +662,7 @@ func inductionWindow(rng *rand.Rand, w, pool []int) ([]int, [][2]int) {
 func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 	out := make([][]int, len(batch))
 	var weights [][]float32
-	if m.weight != 1 {
+	if m.weight != 1 || m.hard != 1 {
 		weights = make([][]float32, len(batch))
 	}
 	for j, w := range batch {
@@ -720,10 +734,39 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 				for k := max(q.AnswerAt-1, 0); k < to; k++ {
 					weights[j][k] = m.weight
 				}
+				if m.hard != 1 {
+					m.hardPredictions(out[j], p, q, func(k int) {
+						if k < len(weights[j]) {
+							weights[j][k] *= m.hard
+						}
+					})
+				}
 			}
 		}
 	}
 	return out, weights, nil
+}
+
+// hardPredictions calls mark(k) for each prediction k (of token k+1)
+// of q's answer, and of the token after it, made from a token that occurs
+// more than once in the answer: there the token before does not tell
+// which comes next (508338's 3 is followed by 3 and by 8, its 8 by 3 and
+// by the full stop), so the copy must go by the place in the value. These
+// are where the long model's misses were.
+func (m *taskMix) hardPredictions(tokens []int, p needle.Planted, q needle.Question, mark func(k int)) {
+	f := p.Facts[q.Fact]
+	n := len(m.b.Encode(needle.Fill(needle.DefaultAnswer, f.Key, f.Value)))
+	ans := tokens[q.AnswerAt:]
+	n = min(n, len(ans))
+	count := make(map[int]int, n)
+	for _, t := range ans[:n] {
+		count[t]++
+	}
+	for i := 1; i <= n && q.AnswerAt+i < len(tokens); i++ {
+		if count[ans[i-1]] > 1 {
+			mark(q.AnswerAt + i - 1)
+		}
+	}
 }
 
 // growTo returns the sizes of -init's model (from) with those given on

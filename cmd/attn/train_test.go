@@ -325,6 +325,70 @@ func TestTaskMixRepeats(t *testing.T) {
 	}
 }
 
+// With hard=3 a prediction of an answer's digit made from a digit that
+// occurs more than once in the value weighs three times the answers'
+// weight, and the prediction of the token after the value (text, weight
+// 1) three times 1; the other predictions of the answer keep the answers'
+// weight, and the needles' digits (text) weigh 1.
+func TestTaskMixHard(t *testing.T) {
+	const L, windows, weight, hard = 400, 16, 2, 3
+	tok, batch := taskMixBatch(t, windows, L)
+	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,facts=2,asks=2,weight=2,hard=3,repeats=1", Seed: 4, Batch: windows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, weights, err := m.apply(batch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isDigit := func(id int) bool {
+		s := tok.Decode([]int{id})
+		return len(s) == 1 && s[0] >= '0' && s[0] <= '9'
+	}
+	answers, hardOnes, needles := 0, 0, 0
+	for j, w := range out {
+		for i := 0; i+6 < len(w); i++ {
+			if tok.Decode([]int{w[i]}) != "#" || !isDigit(w[i+1]) {
+				continue
+			}
+			digits := w[i+1 : i+7]
+			if weights[j][i] == 1 {
+				needles++ // a needle: text
+				continue
+			}
+			answers++
+			if weights[j][i] != weight {
+				t.Errorf("window %d: the first digit after # at %d weighs %v, want %v", j, i, weights[j][i], weight)
+			}
+			for r, d := range digits {
+				count := 0
+				for _, e := range digits {
+					if e == d {
+						count++
+					}
+				}
+				want := float32(weight)
+				if r == len(digits)-1 {
+					want = 1
+				}
+				if count > 1 {
+					want *= hard
+					hardOnes++
+				}
+				if k := i + 1 + r; k < len(weights[j]) && weights[j][k] != want {
+					t.Errorf("window %d: the prediction after digit %d of %s weighs %v, want %v", j, r, tok.Decode(digits), weights[j][k], want)
+				}
+			}
+		}
+	}
+	if answers < windows || needles < windows || hardOnes < answers {
+		t.Errorf("%d answers, %d needles, %d predictions from recurring digits: want at least %d, %d and one an answer", answers, needles, hardOnes, windows, windows)
+	}
+	if _, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,hard=0.5"}); err == nil {
+		t.Error("hard=0.5 accepted")
+	}
+}
+
 // A spread planted window asks at the end of a prefix of random length:
 // the answer's last token ends the prefix, the window's own text follows
 // unweighted, and the prefixes' ends vary over the window.
