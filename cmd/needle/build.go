@@ -394,16 +394,24 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf, asks int) (Planted, er
 			return Planted{}, ErrCollision
 		}
 	}
-	// Insertion points in [1, m], after the first token: half of them
-	// uniform, half at a distance from the end drawn log-uniformly, so
+	// Insertion points in [1, m], after the first token: a third of them
+	// uniform; a third at a distance from the end drawn log-uniformly, so
 	// that facts a few words before the questions are as common as facts
 	// far back (a model trained on uniform points alone learnt to look
-	// only far back, where most facts were, and missed near ones).
+	// only far back, where most facts were, and missed near ones); and a
+	// third at a distance from the start drawn log-uniformly, so that
+	// facts among the window's first tokens, where the needle test's
+	// depth 0 puts them, are as common (with the first two kinds alone,
+	// the long model's misses gathered at depth 0 of its longest
+	// context).
 	at := make([]int, nf)
 	for i := range at {
 		t := 1 + rng.IntN(m)
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 1:
 			t = m + 1 - int(math.Exp(rng.Float64()*math.Log(float64(m))))
+		case 2:
+			t = int(math.Exp(rng.Float64() * math.Log(float64(m))))
 		}
 		at[i] = max(1, snap(b.tok, hay, 0, m, t))
 	}

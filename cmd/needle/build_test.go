@@ -626,16 +626,17 @@ func TestPlantAsking(t *testing.T) {
 	}
 }
 
-// TestPlantDistances checks that facts land both near the questions and
-// far from them: with points uniform over a window of m tokens, a fact
-// within m/16 of the end would come once in 16, and a model trained so
-// learnt to look only far back.
+// TestPlantDistances checks that facts land near the questions, far
+// from them and near the window's start: with points uniform over a
+// window of m tokens, a fact within m/16 of either end would come once in
+// 16, and a model trained so learnt to look only far back, and missed
+// facts at the very start of its longest windows.
 func TestPlantDistances(t *testing.T) {
 	tok := testTokenizer(t)
 	b := newBuilder(t, tok)
 	hay := Haystack(b, hayText(19, 6000), 0)
-	const L, trials = 1024, 200
-	near, far := 0, 0
+	const L, trials = 1024, 300
+	near, far, first := 0, 0, 0
 	for trial := range trials {
 		win := append([]int{1}, hay[trial*10:trial*10+L]...)
 		p, err := b.Plant(rand.New(rand.NewPCG(7, uint64(trial))), win, 1)
@@ -648,10 +649,17 @@ func TestPlantDistances(t *testing.T) {
 		case d > L/2:
 			far++
 		}
+		if p.Facts[0].At < L/16 {
+			first++
+		}
 	}
-	// Half the points log-uniform in distance: P(d < m/16) is about
-	// 1/2·(1 − ln 16/ln m) + 1/32 ≈ 0.33, and P(d > m/2) about 0.30.
-	if near < trials/5 || far < trials/5 {
-		t.Errorf("%d of %d facts within %d tokens of the question, %d further than %d: want a fifth or more of each", near, trials, L/16, far, L/2)
+	// A third of the points log-uniform in distance from the end, a third
+	// from the start (m ≈ 990): P(d < m/16) is about 1/3·(1 − ln 16/ln m)
+	// + 1/3·1/16 ≈ 0.22, P(at < m/16) as much, and P(d > m/2) about
+	// 1/3·(1/2 + ln 2/ln m + ln(m/2)/ln m) ≈ 0.50. Uniform points alone
+	// would give 0.06, 0.06 and 0.50.
+	if near < trials/7 || first < trials/7 || far < trials/4 {
+		t.Errorf("%d of %d facts within %d tokens of the question, %d within %d of the start, %d further than %d from the question: want a seventh, a seventh and a quarter or more",
+			near, trials, L/16, first, L/16, far, L/2)
 	}
 }
