@@ -735,11 +735,9 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 					weights[j][k] = m.weight
 				}
 				if m.hard != 1 {
-					m.hardPredictions(out[j], p, q, func(k int) {
-						if k < len(weights[j]) {
-							weights[j][k] *= m.hard
-						}
-					})
+					// The answer ends where the next question starts,
+					// or the prefix ends: at to+1.
+					weighHard(weights[j], out[j][q.AnswerAt:to+1], q.AnswerAt, m.hard)
 				}
 			}
 		}
@@ -747,24 +745,23 @@ func (m *taskMix) apply(batch [][]int, i int) ([][]int, [][]float32, error) {
 	return out, weights, nil
 }
 
-// hardPredictions calls mark(k) for each prediction k (of token k+1)
-// of q's answer, and of the token after it, made from a token that occurs
-// more than once in the answer: there the token before does not tell
-// which comes next (508338's 3 is followed by 3 and by 8, its 8 by 3 and
-// by the full stop), so the copy must go by the place in the value. These
-// are where the long model's misses were.
-func (m *taskMix) hardPredictions(tokens []int, p needle.Planted, q needle.Question, mark func(k int)) {
-	f := p.Facts[q.Fact]
-	n := len(m.b.Encode(needle.Fill(needle.DefaultAnswer, f.Key, f.Value)))
-	ans := tokens[q.AnswerAt:]
-	n = min(n, len(ans))
-	count := make(map[int]int, n)
-	for _, t := range ans[:n] {
-		count[t]++
-	}
-	for i := 1; i <= n && q.AnswerAt+i < len(tokens); i++ {
-		if count[ans[i-1]] > 1 {
-			mark(q.AnswerAt + i - 1)
+// weighHard multiplies by f the weights w of the predictions made from
+// an answer's tokens (ans, the window's tokens from at) that occur more
+// than once in it: there the token before does not tell which comes next
+// (508338's 3 is followed by 3 and by 8, its 8 by 3 and by the full
+// stop), so the copy must go by the place in the value. Prediction k is
+// of token k+1: these are the answer's next tokens and, from its last,
+// the token after it. They are where the long model's misses were.
+func weighHard(w []float32, ans []int, at int, f float32) {
+	for i, t := range ans {
+		n := 0
+		for _, u := range ans {
+			if u == t {
+				n++
+			}
+		}
+		if k := at + i; n > 1 && k < len(w) {
+			w[k] *= f
 		}
 	}
 }

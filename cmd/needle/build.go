@@ -404,14 +404,15 @@ func (b *Builder) plant(rng *rand.Rand, window []int, nf, asks int) (Planted, er
 	// depth 0 puts them, are as common (with the first two kinds alone,
 	// the long model's misses gathered at depth 0 of its longest
 	// context).
+	logUniform := func() int { return int(math.Exp(rng.Float64() * math.Log(float64(m)))) } // in [1, m]
 	at := make([]int, nf)
 	for i := range at {
 		t := 1 + rng.IntN(m)
 		switch rng.IntN(3) {
 		case 1:
-			t = m + 1 - int(math.Exp(rng.Float64()*math.Log(float64(m))))
+			t = m + 1 - logUniform()
 		case 2:
-			t = int(math.Exp(rng.Float64() * math.Log(float64(m))))
+			t = logUniform()
 		}
 		at[i] = max(1, snap(b.tok, hay, 0, m, t))
 	}
