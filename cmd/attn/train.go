@@ -65,7 +65,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asks := fs.Int("asks", 1, "with -retrieval, questions asked at the end of a window, each about another planted fact (multi-query recall)")
 	spread := fs.Float64("spread", 0, "with -retrieval, share `P` of planted windows whose questions end a prefix of random length (1/8 to all of the window) with text after, so that answering does not hang on the window's end")
 	answerWeight := fs.Float64("answer-weight", 1, "with -retrieval, the loss weight `W` of each answer token against 1 for the text")
-	hardWeight := fs.Float64("hard-weight", 1, "with -retrieval, multiply by `F` the weight of each answer token whose preceding token occurs more than once in the answer (the 3 and 8 after 508's 8 and 3: where copying by the token before is ambiguous)")
+	hardWeight := fs.Float64("hard-weight", 1, "with -retrieval, multiply by `F` the weight of each answer token whose preceding token occurs more than once in the answer (in 508338, the tokens after each 8 and each 3: where copying by the token before is ambiguous)")
 	valNeedle := fs.Int("val-needle", 0, "with -val, also answer `N` needle cases at the training context every -eval steps")
 	var c model.Config
 	var tc model.TrainConfig
