@@ -312,3 +312,50 @@ func TestBenchDecodeMechanisms(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// recordsQueries is decodes whose decoder keeps the query of every step
+// of one position, in queriesSeen.
+type recordsQueries struct{ decodes }
+
+var queriesSeen [][]float32
+
+func (recordsQueries) Name() string { return "records" }
+
+func (r recordsQueries) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
+	d, err := r.decodes.NewDecoder(cfg)
+	return recorder{d}, err
+}
+
+type recorder struct{ attn.Decoder }
+
+func (r recorder) Step(ctx context.Context, q, k, v []float32, n int, valid []int, out, lse []float32) error {
+	if n == 1 {
+		queriesSeen = append(queriesSeen, slices.Clone(q))
+	}
+	return r.Decoder.Step(ctx, q, k, v, n, valid, out, lse)
+}
+
+// TestBenchDecodeQueries: the timed steps of a decode row each attend a
+// query of their own, so that a decoder that reads the rows its query
+// picks cannot find them in cache from the step before.
+func TestBenchDecodeQueries(t *testing.T) {
+	withFakes(t, registry.Entry{Name: "records", Summary: "test double", Decode: true,
+		Build: func(*registry.Params, uint64) (attn.Mechanism, error) { return recordsQueries{}, nil }})
+	queriesSeen = nil
+	code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-probe=false", "-n", "40", "-heads", "4", "-kv-heads", "2", "-d", "8",
+		"-dtype", "f32", "-reps", "4", "-mech", "records", "-out", t.TempDir(), "-accuracy-n", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// The error's step, a warm-up and the four timed steps at least.
+	if len(queriesSeen) < 6 {
+		t.Fatalf("%d steps of one position, want at least 6", len(queriesSeen))
+	}
+	for i := range queriesSeen {
+		for j := range i {
+			if slices.Equal(queriesSeen[i], queriesSeen[j]) {
+				t.Errorf("steps %d and %d of %d attended the same query", j, i, len(queriesSeen))
+			}
+		}
+	}
+}

@@ -24,7 +24,11 @@ func decodeSeries(mech string, hkv int, dtype string) string {
 // decode times one decode step of each mechanism's incremental decoder
 // (registry.NewDecoder) for each cache length n, head count and storage
 // type: the decoder is filled with n positions, then one Step appends a
-// new position and attends its query of every head to all n+1. Decoders
+// new position and attends its query of every head to all n+1. Each
+// timed step has a query of its own (decodeQueries of them, in turn): a
+// decoder that reads a fraction of the cache chosen by the query (quest,
+// magicpig) could otherwise find the last step's rows in the processor's
+// cache, which a generated token's new query does not. Decoders
 // that take positions without attending them (attn.Appender) are filled
 // in one Append, as after an exact prefill; others through Step, in
 // chunks of decodeChunk positions. Mechanisms without a decoder get a
@@ -107,13 +111,19 @@ func (sw *sweep) decode(ctx context.Context, mechs []mechanism) ([]eval.Row, err
 // speed of a prefill, short enough that its buffers stay small.
 const decodeChunk = 256
 
+// decodeQueries is the number of queries the timed steps of a decode row
+// take in turn: more than a row's usual repetitions.
+const decodeQueries = 16
+
 // decodeInputs are the inputs of the decode rows of one cache length and
 // head count: the n positions that fill the decoder (kp, vp [B][Hkv][n][D];
 // qc, random queries of one fill chunk), the new position (q1 [B][H][1][D],
-// k1, v1 [B][Hkv][1][D]) and exact attention of q1 over all n+1 keys.
+// k1, v1 [B][Hkv][1][D]), exact attention of q1 over all n+1 keys, and
+// the timed steps' queries (qs [decodeQueries][B][H][1][D]).
 type decodeInputs struct {
 	kp, vp, qc, q1, k1, v1 []float32
 	want                   []float32
+	qs                     []float32
 }
 
 // decodeResident is the bytes decodeInputs and a row's buffers hold for
@@ -121,7 +131,7 @@ type decodeInputs struct {
 func decodeResident(s attn.Shape) float64 {
 	fill := s.B * s.H * decodeChunk * s.D
 	fillKV := s.B * s.HKV * decodeChunk * s.D
-	return 4 * float64(2*s.KVLen()+2*fill+2*fillKV+5*s.QLen())
+	return 4 * float64(2*s.KVLen()+2*fill+2*fillKV+(5+decodeQueries)*s.QLen())
 }
 
 func newDecodeInputs(ctx context.Context, s attn.Shape, seed uint64, workers int) (*decodeInputs, error) {
@@ -132,6 +142,7 @@ func newDecodeInputs(ctx context.Context, s attn.Shape, seed uint64, workers int
 		k1: ref.Normal(rng, one.KVLen()), v1: ref.Normal(rng, one.KVLen()),
 		qc: ref.Normal(rng, s.B*s.H*min(decodeChunk, s.M)*s.D),
 	}
+	in.qs = ref.Normal(rng, decodeQueries*s.QLen())
 	// Exact attention over the n+1 keys: over the n, merged by lse with
 	// the new one, so that no copy of all n+1 is needed.
 	o := attn.Options{Workers: workers}
@@ -187,7 +198,13 @@ func (sw *sweep) decodeRow(ctx context.Context, row *eval.Row, mech mechanism, s
 		step := attn.Shape{B: s.B, H: s.H, HKV: s.HKV, N: 1, M: n + 1, D: s.D}
 		row.Fallback = f.Fallback(step, attn.Options{Causal: true, Workers: sw.cfg.Workers})
 	}
-	if err := sw.measure(ctx, row, step); err != nil || row.Skipped != "" {
+	calls := 0
+	timed := func() error {
+		q := in.qs[calls%decodeQueries*s.QLen():][:s.QLen()]
+		calls++
+		return d.Step(ctx, q, in.k1, in.v1, 1, nil, out, lse)
+	}
+	if err := sw.measure(ctx, row, timed); err != nil || row.Skipped != "" {
 		return err
 	}
 	row.GFlops, row.GBps = 0, 0

@@ -641,7 +641,10 @@ func (c *countdown) Err() error {
 // Append), and reports the median step of each and the ratio of the
 // medians (speedup). Each iteration steps the two decoders in turn,
 // stepsPerIter times each: a median of a few steps shrugs off the
-// stalls of a shared machine that one step would report.
+// stalls of a shared machine that one step would report. Each step has
+// a query of its own, as a generated token does: with one query for
+// every step, a decoder that reads the rows its query picks could find
+// them in cache from the step before.
 func BenchStep(b *testing.B, m attn.Decodable, n int, storage string) {
 	const stepsPerIter = 5
 	cfg := attn.DecodeConfig{B: 1, H: 32, HKV: 8, D: 128}
@@ -668,9 +671,15 @@ func BenchStep(b *testing.B, m attn.Decodable, n int, storage string) {
 			b.Fatal(err)
 		}
 	}
-	q, k, v := ref.Normal(rng, cfg.H*cfg.D), ref.Normal(rng, cfg.HKV*cfg.D), ref.Normal(rng, cfg.HKV*cfg.D)
+	const pool = 64 // queries, taken in turn: more than the steps of a usual run
+	qs := ref.Normal(rng, pool*cfg.H*cfg.D)
+	k, v := ref.Normal(rng, cfg.HKV*cfg.D), ref.Normal(rng, cfg.HKV*cfg.D)
 	out, lse := make([]float32, cfg.H*cfg.D), make([]float32, cfg.H)
+	calls := 0
 	step := func(d attn.Decoder) time.Duration {
+		i := (calls / 2) % pool // the two decoders step with the same query
+		calls++
+		q := qs[i*cfg.H*cfg.D : (i+1)*cfg.H*cfg.D]
 		start := time.Now()
 		if err := d.Step(ctx, q, k, v, 1, nil, out, lse); err != nil {
 			b.Fatal(err)
