@@ -167,9 +167,6 @@ func TestTrainCommandErrors(t *testing.T) {
 	}
 }
 
-// TestTaskMix checks the planted, copied and induction windows of a training mix:
-// lengths kept, answers and copies weighted and nothing else, copies equal
-// to an earlier stretch, and the same batch for the same step.
 // taskMixBatch returns the embedded tokenizer and windows windows of L+1
 // tokens of held-out Persuasion, one after another.
 func taskMixBatch(t *testing.T, windows, L int) (*tokenizer.Tokenizer, [][]int) {
@@ -190,17 +187,29 @@ func taskMixBatch(t *testing.T, windows, L int) (*tokenizer.Tokenizer, [][]int) 
 	return tok, batch
 }
 
+// applyMix builds the training mix of tasks with seed for batches of
+// len(batch) windows, and returns it with what it makes of batch as step
+// i.
+func applyMix(t *testing.T, tok *tokenizer.Tokenizer, batch [][]int, tasks string, seed uint64, i int) (*taskMix, [][]int, [][]float32) {
+	t.Helper()
+	m, err := newTaskMix(tok, model.TrainConfig{Tasks: tasks, Seed: seed, Batch: len(batch)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, weights, err := m.apply(batch, i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, out, weights
+}
+
+// TestTaskMix checks the planted, copied and induction windows of a training mix:
+// lengths kept, answers and copies weighted and nothing else, copies equal
+// to an earlier stretch, and the same batch for the same step.
 func TestTaskMix(t *testing.T) {
 	const L, weight = 400, 4
 	tok, batch := taskMixBatch(t, 24, L)
-	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=0.4,facts=3,asks=2,copy=0.2,induction=0.2,weight=4", Seed: 3, Batch: 24})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, weights, err := m.apply(batch, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, out, weights := applyMix(t, tok, batch, "retrieval=0.4,facts=3,asks=2,copy=0.2,induction=0.2,weight=4", 3, 5)
 	kinds := map[string]int{}
 	for j, w := range out {
 		if len(w) != L+1 || len(weights[j]) != L {
@@ -291,14 +300,7 @@ func TestTaskMixRepeats(t *testing.T) {
 	tok, batch := taskMixBatch(t, windows, L)
 	value := regexp.MustCompile(`is #([0-9]{6})\.`)
 	few := func(tasks string) (int, int) {
-		m, err := newTaskMix(tok, model.TrainConfig{Tasks: tasks, Seed: 9, Batch: windows})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, _, err := m.apply(batch, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, out, _ := applyMix(t, tok, batch, tasks, 9, 3)
 		n, k := 0, 0
 		for _, w := range out {
 			for _, v := range value.FindAllStringSubmatch(tok.Decode(w), -1) {
@@ -333,14 +335,7 @@ func TestTaskMixRepeats(t *testing.T) {
 func TestTaskMixHard(t *testing.T) {
 	const L, windows, weight, hard = 400, 16, 2, 3
 	tok, batch := taskMixBatch(t, windows, L)
-	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,facts=2,asks=2,weight=2,hard=3,repeats=1", Seed: 4, Batch: windows})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, weights, err := m.apply(batch, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, out, weights := applyMix(t, tok, batch, "retrieval=1,facts=2,asks=2,weight=2,hard=3,repeats=1", 4, 1)
 	isDigit := func(id int) bool {
 		s := tok.Decode([]int{id})
 		return len(s) == 1 && s[0] >= '0' && s[0] <= '9'
@@ -395,14 +390,7 @@ func TestTaskMixHard(t *testing.T) {
 func TestTaskMixSpread(t *testing.T) {
 	const L, weight, windows = 400, 4, 24
 	tok, batch := taskMixBatch(t, windows, L)
-	m, err := newTaskMix(tok, model.TrainConfig{Tasks: "retrieval=1,facts=2,spread=1,weight=4", Seed: 5, Batch: windows})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, weights, err := m.apply(batch, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, out, weights := applyMix(t, tok, batch, "retrieval=1,facts=2,spread=1,weight=4", 5, 2)
 	short := 0
 	for j, w := range out {
 		last := len(weights[j]) - 1
