@@ -675,11 +675,8 @@ func BenchStep(b *testing.B, m attn.Decodable, n int, storage string) {
 	qs := ref.Normal(rng, pool*cfg.H*cfg.D)
 	k, v := ref.Normal(rng, cfg.HKV*cfg.D), ref.Normal(rng, cfg.HKV*cfg.D)
 	out, lse := make([]float32, cfg.H*cfg.D), make([]float32, cfg.H)
-	calls := 0
-	step := func(d attn.Decoder) time.Duration {
-		i := (calls / 2) % pool // the two decoders step with the same query
-		calls++
-		q := qs[i*cfg.H*cfg.D : (i+1)*cfg.H*cfg.D]
+	query := func(i int) []float32 { i %= pool; return qs[i*cfg.H*cfg.D : (i+1)*cfg.H*cfg.D] }
+	step := func(d attn.Decoder, q []float32) time.Duration {
 		start := time.Now()
 		if err := d.Step(ctx, q, k, v, 1, nil, out, lse); err != nil {
 			b.Fatal(err)
@@ -688,13 +685,15 @@ func BenchStep(b *testing.B, m attn.Decodable, n int, storage string) {
 	}
 	// Outside the timing: the scratch, and the caches' growth past the
 	// filled length.
-	step(sparse)
-	step(exact)
+	step(sparse, query(0))
+	step(exact, query(0))
 	var ts, te []time.Duration
-	for b.Loop() {
+	for i := 1; b.Loop(); {
 		for range stepsPerIter {
-			ts = append(ts, step(sparse))
-			te = append(te, step(exact))
+			// The two decoders step with the same query.
+			ts = append(ts, step(sparse, query(i)))
+			te = append(te, step(exact, query(i)))
+			i++
 		}
 	}
 	median := func(x []time.Duration) float64 {
