@@ -66,13 +66,14 @@ type decodeHead struct {
 // NewDecoder returns an empty Decoder with a's parameters for the batch of
 // cfg. cfg.Storage says how keys and values are kept: "" or "f32"
 // (float32), "bf16" or "f16" (rounded to nearest, widened as they are
-// read), or "i4" (4-bit codes quantised per token: a row's channels in
-// groups of 64, a float32 scale and zero a group), each optionally with
+// read), "i8" (8-bit codes, a float32 scale a row) or "i4" (4-bit codes
+// quantised per token: a row's channels in groups of 64, a float32 scale
+// and zero a group), each optionally with
 // "+rot" (stored rotated by a Hadamard rotation, queries rotated alike,
 // outputs rotated back). Keys are hashed as stored: the buckets are of
 // the rounded or quantised keys, rotated with "+rot".
 //
-// An element type other than those (int8 codes, say), a cfg.Window
+// An element type other than those, a cfg.Window
 // (HyperAttention keeps every key), value-norm sampling (its
 // distribution is over all cached values, redrawn each step) and more
 // than MaxDecodeProjs projections are errors wrapping

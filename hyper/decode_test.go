@@ -209,7 +209,7 @@ func TestDecoderExactWithinBudget(t *testing.T) {
 		for _, c := range []struct {
 			storage string
 			d       int
-		}{{"", 11}, {"f32+rot", 12}, {"bf16+rot", 16}, {"f16", 11}, {"i4", 11}, {"i4+rot", 40}, {"i4+rot", 72}} {
+		}{{"", 11}, {"f32+rot", 12}, {"bf16+rot", 16}, {"f16", 11}, {"i8", 11}, {"i8+rot", 24}, {"i4", 11}, {"i4+rot", 40}, {"i4+rot", 72}} {
 			cfg := attn.DecodeConfig{B: 2, H: 4, HKV: 1, D: c.d, Scale: 0.4, Storage: c.storage}
 			runScript(t, a, cfg, rng, "exact "+c.storage, func(hs *dectest.History, b, h, p int) ([]float64, float64) {
 				return hs.Exact(b, h, p)
@@ -399,7 +399,7 @@ func TestDecoderReadsAFraction(t *testing.T) {
 // cancellation and Append, in every storage.
 func TestDecoderStateStorages(t *testing.T) {
 	a := newAttention(t, decodeCfgs()[0])
-	for _, st := range []string{"", "f32+rot", "bf16", "f16+rot", "i4", "i4+rot"} {
+	for _, st := range []string{"", "f32+rot", "bf16", "f16+rot", "i8", "i8+rot", "i4", "i4+rot"} {
 		t.Run(fmt.Sprintf("%q", st), func(t *testing.T) {
 			dectest.CheckState(t, decoderOf(t, a), attn.DecodeConfig{B: 2, H: 4, HKV: 2, D: 6, MaxLen: 40, Storage: st})
 		})
@@ -485,8 +485,6 @@ func TestNewDecoderErrors(t *testing.T) {
 		want error
 	}{
 		{Config{}, attn.DecodeConfig{B: 1, H: 3, HKV: 2, D: 8}, attn.ErrShape},
-		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "i8"}, attn.ErrUnsupported},
-		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "i8+rot"}, attn.ErrUnsupported},
 		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "+rot"}, attn.ErrInput},
 		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Storage: "f64"}, attn.ErrInput},
 		{Config{}, attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 8, Window: 64}, attn.ErrUnsupported},
@@ -497,7 +495,7 @@ func TestNewDecoderErrors(t *testing.T) {
 			t.Errorf("%+v %+v: got %v, want %v", c.cfg, c.dc, err, c.want)
 		}
 	}
-	for _, st := range []string{"", "f32", "f32+rot", "bf16", "bf16+rot", "f16", "f16+rot", "i4", "i4+rot"} {
+	for _, st := range []string{"", "f32", "f32+rot", "bf16", "bf16+rot", "f16", "f16+rot", "i8", "i8+rot", "i4", "i4+rot"} {
 		g := good
 		g.Storage = st
 		if _, err := a.NewDecoder(g); err != nil {

@@ -170,12 +170,12 @@
 //
 // The keys and values are stored as attn.DecodeConfig.Storage says:
 // float32 ("" or "f32"), bfloat16 or binary16 ("bf16", "f16": rounded to
-// nearest, widened in registers as they are read) or 4-bit codes ("i4":
-// quantised per token, each row's channels in groups of 64 with a float32
-// scale and zero a group), each optionally with "+rot": stored rotated by
+// nearest, widened in registers as they are read), 8-bit codes ("i8": a
+// float32 scale a row) or 4-bit codes ("i4": quantised per token, each
+// row's channels in groups of 64 with a float32 scale and zero a group),
+// each optionally with "+rot": stored rotated by
 // a fixed Hadamard rotation R with random signs, the queries rotated alike
-// (R·q · R·k = q·k) and the outputs rotated back; lse is unchanged. Other
-// element types (int8) are errors wrapping attn.ErrUnsupported. The
+// (R·q · R·k = q·k) and the outputs rotated back; lse is unchanged. The
 // buckets are those of the keys as stored (rounded or quantised, and
 // rotated with "+rot", as the queries then are): the rule is the one above
 // over the stored keys, and a rotation changes which keys share a bucket,

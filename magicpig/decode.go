@@ -100,8 +100,8 @@ func (t *tables) compact(extra int) {
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
-// of cfg. A cfg.Storage other than "", "f32", "bf16", "f16" or "i4"
-// (each optionally "+rot") and a cfg.Window are errors wrapping
+// of cfg. A cfg.Storage other than "", "f32", "bf16", "f16", "i8" or
+// "i4" (each optionally "+rot") and a cfg.Window are errors wrapping
 // attn.ErrUnsupported.
 func (m *MagicPIG) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	st, err := decstore.NewStore("magicpig", cfg, math.MaxInt32, 0)

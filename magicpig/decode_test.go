@@ -3,6 +3,7 @@ package magicpig
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -171,13 +172,15 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 2, H: 4, HKV: 2, D: 19, Storage: "f16"},
 		{B: 1, H: 4, HKV: 2, D: 19, Storage: "i4"},
 		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
+		{B: 2, H: 4, HKV: 2, D: 19, Storage: "i8"},
+		{B: 1, H: 4, HKV: 2, D: 40, Storage: "i8"},
 	} {
 		for _, mc := range testConfigs() {
 			m := newPIG(t, mc)
 			dec := decoderOf(t, m)(cfg).(*Decoder)
 			skipped, decoded, sampled := 0, 0, 0
 			dectest.Run(t, dec, cfg, rng, dectest.Script(cfg.B, 53, 19), func(hs *dectest.History, st dectest.Step, before []int, out, lse []float32) {
-				dectest.Compare(t, "magicpig", hs, st, before, out, lse, 1e-4, func(b, h, p int) ([]float64, float64, bool) {
+				dectest.Compare(t, fmt.Sprintf("magicpig %+v %+v", cfg, mc), hs, st, before, out, lse, 1e-4, func(b, h, p int) ([]float64, float64, bool) {
 					if dectest.Count(st.N, st.Valid, b) > 1 {
 						o, l := hs.Exact(b, h, p)
 						return o, l, true
@@ -433,6 +436,8 @@ func TestDecoderExactSettings(t *testing.T) {
 		switch i {
 		case 0:
 			cfg.D, cfg.Storage = 40, "i4+rot"
+		case 1:
+			cfg.Storage = "i8"
 		case 2:
 			cfg.Storage = "bf16+rot"
 		}
@@ -477,10 +482,13 @@ func TestDecoderExactSettings(t *testing.T) {
 // changes no bit; the seed decides the hyperplanes, and so the output.
 func TestDecoderDeterminism(t *testing.T) {
 	cfg := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 10}
-	for i, mc := range testConfigs()[:2] {
+	for i, mc := range testConfigs()[:3] {
 		c := cfg
-		if i == 1 {
+		switch i {
+		case 1:
 			c.D, c.Storage = 24, "i4+rot"
+		case 2:
+			c.D, c.Storage = 24, "i8"
 		}
 		m := newPIG(t, mc)
 		dectest.CheckRagged(t, decoderOf(t, m), c, dectest.FreshRNG(t, 6), dectest.Script(c.B, 47, 12))
@@ -592,7 +600,6 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("none reads %+v", c)
 	}
 	for _, cfg := range []attn.DecodeConfig{
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

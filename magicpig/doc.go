@@ -65,9 +65,9 @@
 // window cover the query's positions (Decoder.Fallback says both).
 //
 // The decoder keeps its keys and values as float32, as bfloat16 or
-// binary16 at half the bytes a sample reads, or as 4-bit codes quantised
-// per token (attn.DecodeConfig's Storage "", "f32", "bf16", "f16" or
-// "i4", optionally Hadamard-rotated with "+rot"; see package kvcache):
+// binary16 at half the bytes a sample reads, or as 8-bit codes (a scale a
+// row) or 4-bit codes quantised per token (attn.DecodeConfig's Storage "",
+// "f32", "bf16", "f16", "i8" or "i4", optionally Hadamard-rotated with "+rot"; see package kvcache):
 // keys are hashed as read back, rotated where they are. It has no
 // StreamingLLM window of its own (Window must be 0): its sinks and
 // window are Config's. The outcome

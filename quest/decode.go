@@ -44,8 +44,8 @@ type rule struct {
 }
 
 // NewDecoder returns an empty decoder with m's parameters for the batch
-// of cfg. A cfg.Storage other than "", "f32", "bf16", "f16" or "i4"
-// (each optionally "+rot") and a cfg.Window are errors wrapping
+// of cfg. A cfg.Storage other than "", "f32", "bf16", "f16", "i8" or
+// "i4" (each optionally "+rot") and a cfg.Window are errors wrapping
 // attn.ErrUnsupported.
 func (m *Quest) NewDecoder(cfg attn.DecodeConfig) (attn.Decoder, error) {
 	st, err := decstore.NewStore("quest", cfg, math.MaxInt, decstore.KeyGroup)

@@ -156,6 +156,8 @@ func TestDecoderMatchesReference(t *testing.T) {
 		// rotated back, as the reference chooses them.
 		{B: 1, H: 4, HKV: 2, D: 32, Storage: "f32+rot"},
 		{B: 1, H: 4, HKV: 2, D: 40, Storage: "i4+rot"},
+		{B: 2, H: 6, HKV: 2, D: 19, Storage: "i8"},
+		{B: 1, H: 4, HKV: 2, D: 24, Storage: "i8+rot"},
 	} {
 		for _, qc := range testConfigs() {
 			m := newQuest(t, qc)
@@ -202,6 +204,8 @@ func TestDecoderExactWithinBudget(t *testing.T) {
 	for i, qc := range []Config{{Page: 4, Budget: total, Group: GroupUnion}, {Page: 5, Budget: 1 << 20, Group: GroupMax}, {Page: 6, Budget: total, Sinks: -1, Recent: -1}} {
 		cfg := cfg
 		switch i {
+		case 0:
+			cfg.Storage = "i8+rot"
 		case 1:
 			cfg.D, cfg.Storage = 40, "i4+rot"
 		case 2:
@@ -489,8 +493,6 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("none reads %+v", c)
 	}
 	for _, cfg := range []attn.DecodeConfig{
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"},
-		{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8+rot"},
 		{B: 1, H: 2, HKV: 1, D: 4, Window: 16},
 	} {
 		if _, err := m.NewDecoder(cfg); !errors.Is(err, attn.ErrUnsupported) {

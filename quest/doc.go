@@ -68,10 +68,12 @@
 // it would in exact attention. The outcome depends on the inputs only,
 // not on the number of workers.
 //
-// The decoder keeps its keys and values as float32, as bfloat16 or
-// binary16 at half the bytes a step reads, or as 4-bit codes quantised
-// per token (attn.DecodeConfig's Storage "", "f32", "bf16", "f16" or
-// "i4", optionally Hadamard-rotated with "+rot"; see package kvcache).
+// The decoder keeps its keys and values as attn.DecodeConfig's Storage
+// says: float32 ("" or "f32"), bfloat16 or binary16 ("bf16", "f16", at
+// half the bytes a step reads), 8-bit codes with a scale a row ("i8") or
+// 4-bit codes, keys per channel and values per token ("i4"), each
+// optionally Hadamard-rotated with "+rot" (see packages kvcache and
+// decstore).
 // The page summaries are of the keys as stored and read back, so they
 // stay exact bounds; with "+rot" they are of the keys rotated back, and
 // the queries are scored against them rotated back, since a rotation

@@ -391,16 +391,15 @@ type BatchDecoder struct {
 // NewDecoder implements attn.Decodable: an empty BatchDecoder of cfg.B
 // sequences with l's settings. cfg.Storage is "" or "f32" (decoding is
 // then causal Forward, bit for bit), "bf16" or "f16" (rows rounded to
-// nearest as they are stored) or "i4" (4-bit codes quantised per token:
-// each row's channels in groups of 64 with a float32 scale and zero a
-// group), each optionally with "+rot" (keys and values stored rotated by
+// nearest as they are stored), "i8" (8-bit codes, a float32 scale a row)
+// or "i4" (4-bit codes quantised per token: each row's channels in
+// groups of 64 with a float32 scale and zero a group), each optionally with "+rot" (keys and values stored rotated by
 // a Hadamard rotation with sign flips, queries rotated alike, outputs
 // rotated back). Keys are hashed as they are stored (rounded or
 // quantised, rotated) and queries as they are attended (rotated), so that
 // a step is the causal rule over the stored rows; see the package
-// documentation, Decoding. int8 codes ("i8") are not supported
-// (attn.ErrUnsupported: the kernels that read rows in place take 32, 16
-// or 4 bits), nor is cfg.Window (a StreamingLLM window): evicting old
+// documentation, Decoding. cfg.Window (a StreamingLLM window) is not
+// supported (attn.ErrUnsupported): evicting old
 // keys would drop keys the buckets still reach, changing the rule, and
 // decoding would no longer match Forward. Config.Window, the local
 // window of the rule, is another thing. A malformed storage name wraps

@@ -402,8 +402,6 @@ func TestBatchDecoderErrors(t *testing.T) {
 		mech *LSH
 		want error
 	}{
-		{"i8 storage", func(c *attn.DecodeConfig) { c.Storage = "i8" }, nil, attn.ErrUnsupported},
-		{"i8+rot storage", func(c *attn.DecodeConfig) { c.Storage = "i8+rot" }, nil, attn.ErrUnsupported},
 		{"rotation of nothing", func(c *attn.DecodeConfig) { c.Storage = "+rot" }, nil, attn.ErrInput},
 		{"unknown storage", func(c *attn.DecodeConfig) { c.Storage = "f8" }, nil, attn.ErrInput},
 		{"StreamingLLM window", func(c *attn.DecodeConfig) { c.Window = 16 }, nil, attn.ErrUnsupported},
@@ -500,7 +498,7 @@ func TestDecoderSizesAtMaxima(t *testing.T) {
 }
 
 // decodeStorages are the storages of the batch decoder.
-var decodeStorages = []string{"", "f32", "bf16", "f16", "i4", "f32+rot", "bf16+rot", "f16+rot", "i4+rot"}
+var decodeStorages = []string{"", "f32", "bf16", "f16", "i8", "i4", "f32+rot", "bf16+rot", "f16+rot", "i8+rot", "i4+rot"}
 
 // storedTol bounds the relative error of a step against float64
 // attention over the same stored rows: float32 rounding in the products,
@@ -658,7 +656,7 @@ func TestBatchDecoderInt4NearFloat32(t *testing.T) {
 		for _, c := range []struct {
 			storage string
 			tol     float64
-		}{{"i4+rot", 0.2}, {"i4", 0.2}, {"bf16+rot", 0.01}} {
+		}{{"i4+rot", 0.2}, {"i4", 0.2}, {"i8", 0.03}, {"bf16+rot", 0.01}} {
 			dc := dc
 			dc.Storage = c.storage
 			got, _ := decodeAll(t, newBatchDecoder(t, l, dc), dc, seqs, steps)

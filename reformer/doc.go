@@ -123,7 +123,6 @@
 // the causal rule applied to the stored rows: outside f32 the buckets,
 // and so the keys chosen, may differ from causal Forward's on the
 // original inputs. With shared QK a key is normalised, then rotated.
-// int8 storage ("i8") is not supported.
 //
 // # Cost
 //

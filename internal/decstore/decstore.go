@@ -2,8 +2,9 @@
 // (packages quest and magicpig) share: keys and values per sequence and
 // key/value head, as float32, as 16-bit floats (Storage "bf16" or "f16",
 // rounded to nearest as they are stored, read by kernels that widen them
-// in registers, at half the bytes a step) or as 4-bit codes (Storage
-// "i4", see Int4), optionally rotated ("+rot", see Rotation), the exact
+// in registers, at half the bytes a step), as 8-bit codes (Storage "i8",
+// see Int8) or as 4-bit codes (Storage "i4", see Int4), optionally
+// rotated ("+rot", see Rotation), the exact
 // prefill rule, and the skeleton
 // of attn.Decoder and attn.Appender (argument checks, ragged batches,
 // MaxLen, a failed step leaving every sequence as it was) around a Rule
@@ -38,6 +39,16 @@
 // (simd.DotRowsU4, simd.GemmU4): a D = 128 position is 160 bytes
 // (per-token keys) or 144 plus its share of the group's scales, against
 // 1024 in float32.
+//
+// # Int8
+//
+// Storage "i8" keeps each key and each value as int8 codes with one
+// float32 scale a row (lowbit.QuantI8, as kvcache's I8 stores them), the
+// scales and the key's norm beside the codes: a D = 128 position is 268
+// bytes, against 512 in bfloat16, and every position carries its own
+// scales, so that rules reading scattered rows (Gather) read one run of
+// bytes a position. A value is read back within a 254th of its row's
+// largest magnitude, where int4's is within a 30th of its group's range.
 //
 // # Rotation
 //
@@ -90,7 +101,7 @@ type Rule[S any] interface {
 // Head holds the keys and values of one sequence and key/value head,
 // interleaved: row j ([2][D]) is key j, then value j, in KV (float32
 // storage) or in KV16 (bfloat16 or binary16; DType says which), or
-// position j's i4Row in KV4. A decode rule that gathers scattered
+// position j's i8Row in KV8 or i4Row in KV4. A decode rule that gathers scattered
 // positions then finds a value next to its key, one run of memory for
 // the prefetchers to bring in.
 //
@@ -100,6 +111,7 @@ type Head struct {
 	KV   []float32
 	KV16 []uint16
 	KV4  []uint8
+	KV8  []int8
 	d    int
 	dt   kvcache.DType
 	tmp  []float32 // int4 partial products
@@ -154,7 +166,7 @@ func (r i4Row) values(p []float32) (scale, zero []float32) {
 }
 
 // DType returns the element type of the stored rows: kvcache.F32, BF16,
-// F16 or I4.
+// F16, I8 or I4.
 func (h *Head) DType() kvcache.DType { return h.dt }
 
 // K returns key row j as float32: the stored row itself for float32
@@ -174,6 +186,8 @@ func (h *Head) row(dst []float32, r int) []float32 {
 	switch h.dt {
 	case kvcache.F32:
 		return h.KV[r*h.d:][:h.d]
+	case kvcache.I8:
+		return h.rowI8(dst[:h.d], r/2, r%2 == 1)
 	case kvcache.I4:
 		return h.rowI4(dst[:h.d], r/2, r%2 == 1)
 	}
@@ -191,10 +205,14 @@ func (h *Head) widen(dst []float32, src []uint16) {
 }
 
 // KeyNorm returns the Euclidean norm of key j as K reads it, computed
-// in float32 products summed by simd.Dot, or, for int4 keys quantised
-// per token, as stored beside the codes (within rounding of the same).
+// in float32 products summed by simd.Dot, or, for int8 keys and int4 keys
+// quantised per token, as stored beside the codes (within rounding of
+// the same).
 // dst (len >= D) may hold the key.
 func (h *Head) KeyNorm(dst []float32, j int) float64 {
+	if h.dt == kvcache.I8 && !(h.held > 0 && j == h.held-1) {
+		return float64(h.paramsI8(j)[2])
+	}
 	if h.dt == kvcache.I4 && h.kg == 0 && !(h.held > 0 && j == h.held-1) {
 		l := h.layout()
 		return float64(l.params(h.KV4, j*l.size)[4*l.ng])
@@ -210,6 +228,10 @@ func (h *Head) KeyRows(dst []float32, j, n int) ([]float32, int) {
 	switch h.dt {
 	case kvcache.F32:
 		return h.KV[2*j*h.d:], 2 * h.d
+	case kvcache.I8:
+		for i := range n {
+			h.rowI8(dst[i*h.d:][:h.d], j+i, false)
+		}
 	case kvcache.I4:
 		for i := range n {
 			h.rowI4(dst[i*h.d:][:h.d], j+i, false)
@@ -234,6 +256,8 @@ func (h *Head) Prefetch(pos []int32) {
 	switch {
 	case h.dt == kvcache.F32:
 		prefetchRows(h.KV, pos, 2*h.d)
+	case h.dt == kvcache.I8:
+		prefetchRows(h.KV8, pos, i8Layout(h.d).size)
 	case h.dt == kvcache.I4:
 		if h.kg == 0 {
 			prefetchRows(h.KV4, pos, h.layout().size)
@@ -243,7 +267,7 @@ func (h *Head) Prefetch(pos []int32) {
 	}
 }
 
-func prefetchRows[T float32 | uint16 | uint8](src []T, pos []int32, st int) {
+func prefetchRows[T float32 | uint16 | uint8 | int8](src []T, pos []int32, st int) {
 	for _, x := range pos {
 		if j := int(x) * st; j >= 0 && j+st <= len(src) {
 			simd.Prefetch(src[j : j+st])
@@ -276,6 +300,10 @@ func (h *Head) Gather(dst *Head, pos []int32) float32 {
 		var sink float32
 		dst.KV, sink = gather(dst.KV, h.KV, pos, 2*h.d)
 		return sink
+	case kvcache.I8:
+		var sink int8
+		dst.KV8, sink = gather(dst.KV8, h.KV8, pos, i8Layout(h.d).size)
+		return float32(sink)
 	case kvcache.I4:
 		if h.kg > 0 {
 			panic("decstore: Gather of int4 keys quantised per channel")
@@ -289,7 +317,7 @@ func (h *Head) Gather(dst *Head, pos []int32) float32 {
 	return float32(sink)
 }
 
-func gather[T float32 | uint16 | uint8](dst, src []T, pos []int32, st int) ([]T, T) {
+func gather[T float32 | uint16 | uint8 | int8](dst, src []T, pos []int32, st int) ([]T, T) {
 	// One element of every 64-byte line. The four chains run on across
 	// rows: kvcache's touchLines called a row at a time, its chains
 	// restarting at each, made MagicPIG's float32 step slower.
@@ -325,7 +353,10 @@ func (h *Head) Stride() int { return 2 * h.d }
 
 // Len returns the positions stored.
 func (h *Head) Len() int {
-	if h.dt == kvcache.I4 {
+	switch h.dt {
+	case kvcache.I8:
+		return len(h.KV8) / i8Layout(h.d).size
+	case kvcache.I4:
 		return len(h.KV4) / h.layout().size
 	}
 	return (len(h.KV) + len(h.KV16)) / (2 * h.d)
@@ -358,6 +389,8 @@ func (h *Head) dotKeys(s []float32, lds int, q []float32, ldq, rows, j, n, next,
 		simd.DotRowsPF(s, lds, q, ldq, rows, h.KV[j*st:], st, n, d, h.KV[next*st:][:nn*st])
 	case kvcache.BF16:
 		simd.DotRowsBF16PF(s, lds, q, ldq, rows, h.KV16[j*st:], st, n, d, h.KV16[next*st:][:nn*st])
+	case kvcache.I8:
+		h.dotKeysI8(s, lds, q, ldq, rows, j, n, next, nn)
 	case kvcache.I4:
 		h.dotKeysI4(s, lds, q, ldq, rows, j, n)
 	default:
@@ -403,6 +436,8 @@ func (h *Head) addValues(p []float32, ldp, rows, j, n int, acc, tmp []float32, n
 		simd.GemmPF(rows, d, n, p, ldp, h.KV[j*st+d:], st, acc, d, true, h.KV[next*st+d:][:max(nn*st-d, 0)])
 	case kvcache.BF16:
 		simd.GemmBF16(rows, d, n, p, ldp, h.KV16[j*st+d:], st, acc, d, true, h.KV16[next*st+d:][:max(nn*st-d, 0)])
+	case kvcache.I8:
+		h.addValuesI8(p, ldp, rows, j, n, acc, next, nn)
 	case kvcache.I4:
 		h.addValuesI4(p, ldp, rows, j, n, acc)
 	default:
@@ -469,11 +504,10 @@ type Decoder[S any] struct {
 // sequences may hold at most limit positions, and returns an empty
 // store. With Storage "i4", keyGroup > 0 quantises keys per channel over
 // groups of keyGroup positions (see Int4), which Gather cannot read;
-// keyGroup 0 quantises them per token. cfg.Storage is "" or "f32", "bf16", "f16" or "i4", each with
-// "+rot" or not; int8 codes (kvcache's I8, a scale a row and widened
-// kernels, no fewer bytes than int4 to offer) and a StreamingLLM window
-// are errors wrapping attn.ErrUnsupported: the rules range over every
-// cached key, read in place at scattered positions.
+// keyGroup 0 quantises them per token. cfg.Storage is "" or "f32",
+// "bf16", "f16", "i8" or "i4", each with "+rot" or not; a StreamingLLM
+// window is an error wrapping attn.ErrUnsupported: the rules range over
+// every cached key, read in place at scattered positions.
 func NewStore(name string, cfg attn.DecodeConfig, limit, keyGroup int) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -502,7 +536,7 @@ func NewStore(name string, cfg attn.DecodeConfig, limit, keyGroup int) (*Store, 
 }
 
 // ParseStorage parses the Storage of a decoder called name (for errors)
-// that keeps its rows in Heads: "" or "f32", "bf16", "f16" or "i4", each
+// that keeps its rows in Heads: "" or "f32", "bf16", "f16", "i8" or "i4", each
 // optionally with "+rot" (rot true: keys and values are stored rotated by
 // lowbit.NewRotation(D), queries rotated alike, outputs rotated back).
 // Other element types are errors wrapping attn.ErrUnsupported, malformed
@@ -512,14 +546,14 @@ func ParseStorage(name, storage string) (dt kvcache.DType, rot bool, err error) 
 	if err != nil {
 		return 0, false, fmt.Errorf("%s: %w", name, err)
 	}
-	if dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16 && dt != kvcache.I4 {
-		return 0, false, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16, f16 or i4 (each optionally +rot), not %q", attn.ErrUnsupported, name, storage)
+	if dt != kvcache.F32 && dt != kvcache.BF16 && dt != kvcache.F16 && dt != kvcache.I8 && dt != kvcache.I4 {
+		return 0, false, fmt.Errorf("%w: %s: the decoder stores keys as f32, bf16, f16, i8 or i4 (each optionally +rot), not %q", attn.ErrUnsupported, name, storage)
 	}
 	return dt, rot, nil
 }
 
 // NewHead returns an empty Head of rows of d values stored as dt
-// (kvcache.F32, BF16, F16 or I4).
+// (kvcache.F32, BF16, F16, I8 or I4).
 func NewHead(d int, dt kvcache.DType) *Head { return &Head{d: d, dt: dt} }
 
 // Hold makes the products and reads of the last stored position use k
@@ -560,6 +594,8 @@ func (h *Head) Append(k, v []float32, maxLen int) {
 		h.KV = appendRows(cfg, h.KV, k, v, func(x float32) float32 { return x })
 	case kvcache.BF16:
 		h.KV16 = appendRows(cfg, h.KV16, k, v, half.F32ToBF16)
+	case kvcache.I8:
+		h.appendI8(k, v, maxLen)
 	case kvcache.I4:
 		h.appendI4(k, v, maxLen)
 	default:
@@ -573,6 +609,8 @@ func (h *Head) Truncate(n int) {
 	switch h.dt {
 	case kvcache.F32:
 		h.KV = h.KV[:2*n*h.d]
+	case kvcache.I8:
+		h.KV8 = h.KV8[:n*i8Layout(h.d).size]
 	case kvcache.I4:
 		h.truncateI4(n)
 	default:
@@ -586,6 +624,8 @@ func (h *Head) RowBytes() int {
 	switch h.dt {
 	case kvcache.F32:
 		return 8 * h.d
+	case kvcache.I8:
+		return i8Layout(h.d).size
 	case kvcache.I4:
 		return h.layout().size
 	}
@@ -594,7 +634,7 @@ func (h *Head) RowBytes() int {
 
 // Bytes returns the memory of the stored rows.
 func (h *Head) Bytes() int {
-	return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + 4*(cap(h.tmp)+cap(h.kp)+cap(h.kres)+cap(h.fk)+cap(h.fv))
+	return 4*cap(h.KV) + 2*cap(h.KV16) + cap(h.KV4) + cap(h.KV8) + 4*(cap(h.tmp)+cap(h.kp)+cap(h.kres)+cap(h.fk)+cap(h.fv))
 }
 
 // New returns a decoder over st with rule r.
@@ -673,7 +713,7 @@ func appendRows[T float32 | uint16](cfg attn.DecodeConfig, buf []T, k, v []float
 // grow8 returns buf (its length kept) with room for need elements: at
 // least twice its capacity and least, at most most where most > 0 (the
 // rows of MaxLen), and need in any case.
-func grow8[T float32 | uint16 | uint8](buf []T, need, least, most int) []T {
+func grow8[T float32 | uint16 | uint8 | int8](buf []T, need, least, most int) []T {
 	if need <= cap(buf) {
 		return buf
 	}

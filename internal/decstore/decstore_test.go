@@ -96,6 +96,8 @@ func TestExactRule(t *testing.T) {
 		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 19, Storage: "i4"}, 0},
 		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 136, Storage: "i4"}, 0},
 		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4+rot"}, 0},
+		{attn.DecodeConfig{B: 2, H: 6, HKV: 2, D: 19, Storage: "i8"}, 0},
+		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 40, Storage: "i8+rot"}, 0},
 		{attn.DecodeConfig{B: 1, H: 3, HKV: 1, D: 24, Storage: "bf16+rot"}, 0},
 		{attn.DecodeConfig{B: 1, H: 4, HKV: 2, D: 40, Storage: "f32+rot"}, 0},
 		// Keys per channel: groups completed by a prompt, by single
@@ -123,6 +125,10 @@ func TestSkeleton(t *testing.T) {
 	dectest.CheckRagged(t, newExact(t, 5), i4, dectest.FreshRNG(t, 4), dectest.Script(i4.B, 23, 6))
 	dectest.CheckWorkers(t, newExact(t, 5), i4, 3, dectest.Script(i4.B, 23, 6))
 	dectest.CheckState(t, newExact(t, 5), attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 5, MaxLen: 40, Storage: "i4"})
+	i8 := attn.DecodeConfig{B: 3, H: 4, HKV: 2, D: 13, Storage: "i8+rot"}
+	dectest.CheckRagged(t, newExact(t, 0), i8, dectest.FreshRNG(t, 5), dectest.Script(i8.B, 23, 6))
+	dectest.CheckWorkers(t, newExact(t, 0), i8, 3, dectest.Script(i8.B, 23, 6))
+	dectest.CheckState(t, newExact(t, 0), attn.DecodeConfig{B: 2, H: 2, HKV: 1, D: 5, MaxLen: 40, Storage: "i8"})
 }
 
 func TestNewStoreErrors(t *testing.T) {
@@ -131,8 +137,7 @@ func TestNewStoreErrors(t *testing.T) {
 		want error
 	}{
 		{attn.DecodeConfig{B: 1, H: 3, HKV: 2, D: 4}, attn.ErrShape},
-		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8"}, attn.ErrUnsupported},
-		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i8+rot"}, attn.ErrUnsupported},
+		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "i2"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "+rot"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Storage: "f8"}, attn.ErrInput},
 		{attn.DecodeConfig{B: 1, H: 2, HKV: 1, D: 4, Window: 8}, attn.ErrUnsupported},
@@ -150,7 +155,7 @@ func TestNewStoreErrors(t *testing.T) {
 // below, at and past a channel group and not a multiple of 8.
 func TestHeadKernels(t *testing.T) {
 	rng := dectest.FreshRNG(t, 3)
-	for _, storage := range []string{"f32", "bf16", "f16", "i4", "i4+rot", "i4/5", "i4+rot/5"} {
+	for _, storage := range []string{"f32", "bf16", "f16", "i8", "i8+rot", "i4", "i4+rot", "i4/5", "i4+rot/5"} {
 		for _, d := range []int{5, 24, 64, 72, 136} {
 			// "/5": keys per channel over groups of 5 positions.
 			storage, group, _ := strings.Cut(storage, "/")
@@ -186,7 +191,7 @@ func TestHeadKernels(t *testing.T) {
 			// Prefetch is a hint: positions past the end are skipped.
 			hd.Prefetch(append(pos, int32(n), 1<<30, -1))
 			if kg == 0 {
-				if got := hd.RowBytes() * n; got != 4*len(hd.KV)+2*len(hd.KV16)+len(hd.KV4) {
+				if got := hd.RowBytes() * n; got != 4*len(hd.KV)+2*len(hd.KV16)+len(hd.KV8)+len(hd.KV4) {
 					t.Fatalf("%s D=%d: RowBytes·%d = %d, not the rows' bytes", storage, d, n, got)
 				}
 				var gathered, held decstore.Head

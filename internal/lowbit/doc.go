@@ -1,9 +1,10 @@
 // Package lowbit is the arithmetic of the low-bit KV caches that
 // packages kvcache and decstore share: asymmetric 4-bit codes, x ≈ zero +
 // scale·code with code in 0…15 and a float32 scale and zero per group of
-// values (after KIVI, Liu et al. 2024), and the Hadamard rotation that
-// spreads a channel of outliers over its block before quantisation
-// (after QuaRot, Ashkboos et al. 2024).
+// values (after KIVI, Liu et al. 2024); symmetric 8-bit codes, one
+// float32 scale a row (QuantI8); and the Hadamard rotation that spreads
+// a channel of outliers over its block before quantisation (after
+// QuaRot, Ashkboos et al. 2024).
 //
 // Two codes share a byte, split rather than interleaved: byte i of a
 // packed row of pw = Stride(D)/2 bytes holds channel i in its low nibble

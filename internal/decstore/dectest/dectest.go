@@ -173,8 +173,8 @@ func (hs *History) settle() {
 }
 
 // stored returns x (rows of D) as the decoder reads it back: rotated,
-// rounded to 16 bits or quantised to int4 codes and back (decstore's
-// groups), and rotated back.
+// rounded to 16 bits or quantised to int8 or int4 codes and back
+// (decstore's rows and groups), and rotated back.
 func (hs *History) stored(x []float32) []float32 {
 	d := hs.Cfg.D
 	dt, rot, err := kvcache.ParseStorage(hs.Cfg.Storage)
@@ -195,6 +195,14 @@ func (hs *History) stored(x []float32) []float32 {
 	case kvcache.F16:
 		for i, e := range y {
 			y[i] = half.F16ToF32(half.F32ToF16(e))
+		}
+	case kvcache.I8:
+		codes := make([]int8, d)
+		for o := 0; o < len(y); o += d {
+			scale := lowbit.QuantI8(codes, y[o:o+d])
+			for i, c := range codes {
+				y[o+i] = float32(c) * scale
+			}
 		}
 	case kvcache.I4:
 		pw, ng := lowbit.Stride(d)/2, lowbit.ChanGroups(d)
