@@ -501,36 +501,38 @@ func TestBenchDecode(t *testing.T) {
 }
 
 // TestBenchDecodeLowBit runs the decode sweep with int8 storage and with
-// rotated int4 storage: selectable with -dtype, their rows carry the
-// dtype, a read rate and an error within the rounding of the cache (int8
-// about 1% on Gaussian inputs, int4 13-17%: see kvcache's i4Tol).
+// rotated int4 storage, both named in one -dtype list: their rows carry
+// the dtype, a read rate and an error within the rounding of the cache
+// (int8 about 1% on Gaussian inputs, int4 13-17%: see kvcache's i4Tol).
 func TestBenchDecodeLowBit(t *testing.T) {
-	for _, tc := range []struct {
-		dtype    string
-		min, tol float64 // the error shows the rounding, and no more
-	}{{"i8", 1e-4, 3e-2}, {"i4+rot", 1e-2, 0.25}} {
-		dir := t.TempDir()
-		code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-dtype", tc.dtype, "-probe=false", "-n", "40,130", "-heads", "8", "-d", "24",
-			"-reps", "1", "-out", dir, "-accuracy-n", "0")
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", tc.dtype, code, stderr)
+	dir := t.TempDir()
+	code, _, stderr := attnCmd(t, "bench", "-mode", "decode", "-dtype", "i8,i4+rot", "-probe=false", "-n", "40,130", "-heads", "8", "-d", "24",
+		"-reps", "1", "-out", dir, "-accuracy-n", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res, err := eval.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tols := map[string][2]float64{ // the error shows the rounding, and no more
+		"i8":     {1e-4, 3e-2},
+		"i4+rot": {1e-2, 0.25},
+	}
+	ran := map[string]int{}
+	for _, r := range res.Rows {
+		if r.Skipped != "" {
+			continue
 		}
-		res, err := eval.Load(dir)
-		if err != nil {
-			t.Fatal(err)
+		ran[r.DType]++
+		tol, ok := tols[r.DType]
+		if !ok || r.GBps <= 0 || r.Seconds <= 0 || r.RelErr == nil || *r.RelErr < tol[0] || *r.RelErr > tol[1] {
+			t.Errorf("decode row %+v", r)
 		}
-		ran := 0
-		for _, r := range res.Rows {
-			if r.Skipped != "" {
-				continue
-			}
-			ran++
-			if r.DType != tc.dtype || r.GBps <= 0 || r.Seconds <= 0 || r.RelErr == nil || *r.RelErr < tc.min || *r.RelErr > tc.tol {
-				t.Errorf("%s: decode row %+v", tc.dtype, r)
-			}
-		}
-		if ran != 4 { // Hkv 8 and 1, two lengths
-			t.Errorf("%s: %d decode rows ran, want 4", tc.dtype, ran)
+	}
+	for dt := range tols {
+		if ran[dt] != 4 { // Hkv 8 and 1, two lengths
+			t.Errorf("%s: %d decode rows ran, want 4", dt, ran[dt])
 		}
 	}
 }

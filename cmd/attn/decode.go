@@ -7,8 +7,8 @@ import (
 // decodeDefaults sets what `attn bench -mode decode` sweeps when the flags
 // do not say: one query per head (H = 32, D = 128) against caches of 1k to
 // 64k positions, MHA-like Hkv = 8 and MQA Hkv = 1, float32 and bfloat16
-// storage (-dtype picks one of f32, bf16, f16, i8 and i4 instead; head counts
-// that do not divide H are left out). set holds the flags given on the
+// storage (-dtype picks one or a list of f32, bf16, f16, i8 and i4
+// instead; head counts that do not divide H are left out). set holds the flags given on the
 // command line.
 func decodeDefaults(cfg *experiment.BenchConfig, set map[string]bool) error {
 	if !set["n"] {
@@ -35,7 +35,7 @@ func decodeDefaults(cfg *experiment.BenchConfig, set map[string]bool) error {
 			cfg.HKVs = []int{cfg.H}
 		}
 	}
-	cfg.DTypes = []string{cfg.DType}
+	cfg.DTypes = parseNames(cfg.DType)
 	if !set["dtype"] {
 		cfg.DTypes = []string{"f32", "bf16"}
 	}
