@@ -66,10 +66,15 @@
 //
 // The decoder keeps its keys and values as float32, as bfloat16 or
 // binary16 at half the bytes a sample reads, or as 8-bit codes (a scale a
-// row) or 4-bit codes quantised per token (attn.DecodeConfig's Storage "",
-// "f32", "bf16", "f16", "i8" or "i4", optionally Hadamard-rotated with "+rot"; see package kvcache):
-// keys are hashed as read back, rotated where they are. It has no
-// StreamingLLM window of its own (Window must be 0): its sinks and
-// window are Config's. The outcome
-// depends on the seed and the inputs only, not on the number of workers.
+// row) or 4-bit codes quantised per token (attn.DecodeConfig's Storage
+// "", "f32", "bf16", "f16", "i8" or "i4", optionally Hadamard-rotated
+// with "+rot"; see package decstore): keys are hashed as read back,
+// rotated where they are. A step's time goes mostly to reading its
+// samples' rows at scattered positions, so it follows the bytes of a row.
+// Int8 rows are the fewest bytes that keep float32's retrieval on the
+// long-context needle test; int4 rows, whose keys share a scale and zero
+// across a row's channels, lose much of it (results/long in the
+// repository has both). It has no StreamingLLM window of its own (Window
+// must be 0): its sinks and window are Config's. The outcome depends on
+// the seed and the inputs only, not on the number of workers.
 package magicpig
