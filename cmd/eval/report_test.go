@@ -306,7 +306,9 @@ func TestFallbackRows(t *testing.T) {
 			t.Errorf("tables lack %q:\n%s", want, out)
 		}
 	}
-	if strings.Count(out, "*") < len(benchTables)-2 {
+	// Every table but the backward ratio's, the spectral error's and the
+	// decode rows' against exact on f32 storage, which these rows lack.
+	if strings.Count(out, "*") < len(benchTables)-3 {
 		t.Errorf("the fallback row is not marked in every table:\n%s", out)
 	}
 	if strings.Contains(out, "10×") {

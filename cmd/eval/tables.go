@@ -243,6 +243,9 @@ type Section struct {
 type benchTable struct {
 	title func(mode string) string
 	cell  func(m Machine, r *Row) string
+	// ofGrid, where cell is nil, gives the cell function from the rows
+	// of the table's mode (a speed-up needs its exact row).
+	ofGrid func(g grid) func(m Machine, r *Row) string
 }
 
 func fixedTitle(t string) func(string) string { return func(string) string { return t } }
@@ -288,9 +291,10 @@ func timeCell(_ Machine, r *Row) string {
 }
 
 var benchTables = []benchTable{
-	{fixedTitle("time per call: median of the timed calls, ± their standard deviation"), timeCell},
-	{fixedTitle("speed-up over exact (its time / the mechanism's)"), nil}, // filled in by speedupCell
-	{fixedTitle("exact-attention GFLOP/s (% of the measured peak)"), func(m Machine, r *Row) string {
+	{title: fixedTitle("time per call: median of the timed calls, ± their standard deviation"), cell: timeCell},
+	{title: fixedTitle("speed-up over exact (its time / the mechanism's)"), ofGrid: grid.speedupCell},
+	{title: fixedTitle("speed-up over exact on f32 storage (decode rows on other storages: exact f32's time at the same n and Hkv / the row's)"), ofGrid: grid.speedupF32Cell},
+	{title: fixedTitle("exact-attention GFLOP/s (% of the measured peak)"), cell: func(m Machine, r *Row) string {
 		if r.GFlops == 0 {
 			return ""
 		}
@@ -299,7 +303,7 @@ var benchTables = []benchTable{
 		}
 		return fmt.Sprintf("%.1f", r.GFlops)
 	}},
-	{fixedTitle("K/V read GB/s (% of the measured DRAM read bandwidth)"), func(m Machine, r *Row) string {
+	{title: fixedTitle("K/V read GB/s (% of the measured DRAM read bandwidth)"), cell: func(m Machine, r *Row) string {
 		if r.GBps == 0 {
 			return ""
 		}
@@ -308,22 +312,22 @@ var benchTables = []benchTable{
 		}
 		return fmt.Sprintf("%.1f", r.GBps)
 	}},
-	{func(mode string) string {
+	{title: func(mode string) string {
 		return "backward / forward time (train rows: the backward pass against the mechanism's own forward)"
-	}, func(_ Machine, r *Row) string {
+	}, cell: func(_ Machine, r *Row) string {
 		if r.BackwardRatio == 0 {
 			return ""
 		}
 		return fmt.Sprintf("%.2f", r.BackwardRatio)
 	}},
-	{fixedTitle("extra memory per call (bytes allocated on the Go heap by one call)"), func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
-	{errTitle, func(_ Machine, r *Row) string {
+	{title: fixedTitle("extra memory per call (bytes allocated on the Go heap by one call)"), cell: func(_ Machine, r *Row) string { return FormatBytes(r.ExtraBytes) }},
+	{title: errTitle, cell: func(_ Machine, r *Row) string {
 		if r.RelErr == nil {
 			return ""
 		}
 		return FormatErr(*r.RelErr)
 	}},
-	{fixedTitle("spectral-norm error ‖O−Ô‖₂/‖O‖₂ (worst head)"), func(_ Machine, r *Row) string {
+	{title: fixedTitle("spectral-norm error ‖O−Ô‖₂/‖O‖₂ (worst head)"), cell: func(_ Machine, r *Row) string {
 		if r.SpectralErr == nil {
 			return ""
 		}
@@ -366,6 +370,30 @@ func (g grid) speedupCell() func(Machine, *Row) string {
 		}
 		c := fmt.Sprintf("%.3g×", e.Seconds/r.Seconds)
 		if wide(r) || wide(e) {
+			c += spreadMark
+		}
+		return c
+	}
+}
+
+// speedupF32Cell returns the cell function of the table of decode rows
+// on storages other than f32 against exact on f32 storage: what a
+// smaller or sparser read buys against the plain float32 cache.
+func (g grid) speedupF32Cell() func(Machine, *Row) string {
+	return func(_ Machine, r *Row) string {
+		if r.Mode != "decode" || r.DType == "f32" || r.Mech == "ref" {
+			return ""
+		}
+		if r.Fallback != "" {
+			return "exact"
+		}
+		e := Row{Mode: r.Mode, Mech: "exact", HKV: r.HKV, DType: "f32"}
+		x := g.cells[series{r.Mode, seriesName(&e), r.Causal}][r.N]
+		if x == nil || x.Skipped != "" || x.Seconds <= 0 || r.Seconds <= 0 {
+			return ""
+		}
+		c := fmt.Sprintf("%.3g×", x.Seconds/r.Seconds)
+		if wide(r) || wide(x) {
 			c += spreadMark
 		}
 		return c
@@ -423,7 +451,7 @@ func benchSections(r *Results) []Section {
 		for _, t := range benchTables {
 			cell := t.cell
 			if cell == nil {
-				cell = g.speedupCell()
+				cell = t.ofGrid(g)
 			}
 			rows := g.table(skips, func(row *Row) string { return cell(r.Machine, row) })
 			if len(rows) == 1 {
