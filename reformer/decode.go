@@ -192,10 +192,11 @@ func (c *decodeCore) attend(sq *sequence, h, p int, qh []float32, w *decodeScrat
 }
 
 // attendStored is attendRow over the keys and values of hd at the
-// positions cand, stored as 16-bit floats or int4 codes: the candidates'
-// rows are first copied into the scratch's Head (their misses overlap,
-// and the int4 kernels use memory of that Head's own, which the
-// goroutines attending other heads of the same kv head must not share),
+// positions cand, stored as 16-bit floats, int8 or int4 codes: the
+// candidates' rows are first copied into the scratch's Head (their misses
+// overlap, and the int8 and int4 products use memory of that Head's own,
+// which the goroutines attending other heads of the same kv head must
+// not share),
 // then one product gives the logits and one more the output.
 func (w *decodeScratch) attendStored(qh []float32, hd *decstore.Head, cand []int32, scale float32, logits, out []float32) float32 {
 	clear(out)

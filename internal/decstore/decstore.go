@@ -106,7 +106,7 @@ type Rule[S any] interface {
 // the prefetchers to bring in.
 //
 // The methods that compute (DotKeys, AddValues) use memory of the Head's
-// own for int4 rows: a Head is used by one goroutine at a time.
+// own for int8 and int4 rows: a Head is used by one goroutine at a time.
 type Head struct {
 	KV   []float32
 	KV16 []uint16
