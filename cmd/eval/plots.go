@@ -270,7 +270,7 @@ func speedupPlot(g grid, pal *palette, causal bool) (p *plot.Plot, ok bool, err 
 		if r.Mech == "exact" || r.Mech == "ref" {
 			return 0, false
 		}
-		e := g.exactOf(r)
+		e := g.exactOf(r, "")
 		if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
 			return 0, false
 		}

@@ -348,9 +348,12 @@ func errTitle(mode string) string {
 
 // exactOf returns the exact row that r's speed-up is against: the same
 // mode, mask and length, and for decode the same cache head count and
-// storage.
-func (g grid) exactOf(r *Row) *Row {
-	e := Row{Mode: r.Mode, Mech: "exact", HKV: r.HKV, DType: r.DType}
+// storage (dtype "" keeps r's) or the storage dtype names.
+func (g grid) exactOf(r *Row, dtype string) *Row {
+	if dtype == "" {
+		dtype = r.DType
+	}
+	e := Row{Mode: r.Mode, Mech: "exact", HKV: r.HKV, DType: dtype}
 	return g.cells[series{r.Mode, seriesName(&e), r.Causal}][r.N]
 }
 
@@ -360,19 +363,7 @@ func (g grid) speedupCell() func(Machine, *Row) string {
 		if r.Mech == "exact" || r.Mech == "ref" {
 			return ""
 		}
-		if r.Fallback != "" {
-			// Exact attention under another name is no speed-up.
-			return "exact"
-		}
-		e := g.exactOf(r)
-		if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
-			return ""
-		}
-		c := fmt.Sprintf("%.3g×", e.Seconds/r.Seconds)
-		if wide(r) || wide(e) {
-			c += spreadMark
-		}
-		return c
+		return speedup(r, g.exactOf(r, ""))
 	}
 }
 
@@ -384,20 +375,25 @@ func (g grid) speedupF32Cell() func(Machine, *Row) string {
 		if r.Mode != "decode" || r.DType == "f32" || r.Mech == "ref" {
 			return ""
 		}
-		if r.Fallback != "" {
-			return "exact"
-		}
-		e := Row{Mode: r.Mode, Mech: "exact", HKV: r.HKV, DType: "f32"}
-		x := g.cells[series{r.Mode, seriesName(&e), r.Causal}][r.N]
-		if x == nil || x.Skipped != "" || x.Seconds <= 0 || r.Seconds <= 0 {
-			return ""
-		}
-		c := fmt.Sprintf("%.3g×", x.Seconds/r.Seconds)
-		if wide(r) || wide(x) {
-			c += spreadMark
-		}
-		return c
+		return speedup(r, g.exactOf(r, "f32"))
 	}
+}
+
+// speedup is the cell of r's speed-up over the exact row e: e's time over
+// r's, marked where either spread widely; "exact" where r itself fell
+// back to exact attention, which is no speed-up; empty without e.
+func speedup(r, e *Row) string {
+	if r.Fallback != "" {
+		return "exact"
+	}
+	if e == nil || e.Skipped != "" || e.Seconds <= 0 || r.Seconds <= 0 {
+		return ""
+	}
+	c := fmt.Sprintf("%.3g×", e.Seconds/r.Seconds)
+	if wide(r) || wide(e) {
+		c += spreadMark
+	}
+	return c
 }
 
 // describeRows says what the rows of one mode hold: each dimension's
