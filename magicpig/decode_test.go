@@ -102,15 +102,25 @@ func refWeights(hs *dectest.History, r *rule, b, h, p int) (func(j int) (float64
 	s0 := min(max(c.Sinks, 0), visible)
 	w0 := max(s0, visible-c.Window)
 	scale := float64(cfg.ScaleFor())
+	// With "+rot" the decoder hashes rotated keys and queries (the query
+	// rotated, then scaled); dot products and norms are the same either
+	// way.
+	rotated := func(x []float32) []float32 {
+		if rot := r.st.Rotation(); rot != nil {
+			return rot.Copy(nil, x)
+		}
+		return x
+	}
 	q := make([]float32, cfg.D)
-	for i, x := range hs.Query(b, h, p) {
+	for i, x := range rotated(hs.Query(b, h, p)) {
 		q[i] = float32(scale) * x
 	}
 	qc, qu := bucketsRef(r, q)
 	ok := true
 	logw := map[int]float64{}
 	for j := s0; j < w0; j++ {
-		kc, ku := bucketsRef(r, hs.Key(b, kvh, j))
+		k := rotated(hs.Key(b, kvh, j))
+		kc, ku := bucketsRef(r, k)
 		hits, unsure := 0, 0
 		for l := range qc {
 			switch {
@@ -128,7 +138,7 @@ func refWeights(hs *dectest.History, r *rule, b, h, p int) (func(j int) (float64
 		}
 		var dot, qn, kn float64
 		for i, x := range q {
-			y := float64(hs.Key(b, kvh, j)[i])
+			y := float64(k[i])
 			dot += float64(x) * y
 			qn += float64(x) * float64(x)
 			kn += y * y
@@ -174,6 +184,11 @@ func TestDecoderMatchesReference(t *testing.T) {
 		{B: 1, H: 4, HKV: 2, D: 72, Storage: "i4"},
 		{B: 2, H: 4, HKV: 2, D: 19, Storage: "i8"},
 		{B: 1, H: 4, HKV: 2, D: 40, Storage: "i8"},
+		// Rotated rows: the reference hashes the keys and queries
+		// rotated, as the decoder does.
+		{B: 1, H: 4, HKV: 2, D: 32, Storage: "i8+rot"},
+		{B: 1, H: 4, HKV: 2, D: 24, Storage: "i4+rot"},
+		{B: 2, H: 4, HKV: 2, D: 19, Storage: "f32+rot"},
 	} {
 		for _, mc := range testConfigs() {
 			m := newPIG(t, mc)
