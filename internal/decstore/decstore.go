@@ -114,7 +114,7 @@ type Head struct {
 	KV8  []int8
 	d    int
 	dt   kvcache.DType
-	tmp  []float32 // int4 partial products
+	tmp  []float32 // int8 and int4 products' scratch
 
 	// Int4 keys quantised per channel (kg > 0, see Int4): groups of kg
 	// positions; kp holds the scales and zeros of the complete groups
@@ -149,14 +149,27 @@ func (h *Head) layout() i4Row {
 
 // params returns the scales and zeros (2·(tok+1)·ng float32: key scales
 // and zeros for keys per token, value scales, value zeros; then the key's
-// norm for keys per token) of the int4
-// row at byte offset off of buf. The offset is a multiple of 4, and the
-// buffer's memory 4-aligned (Go allocates byte slices 8-aligned at
-// least).
+// norm for keys per token) of the int4 row at byte offset off of buf.
 func (r i4Row) params(buf []uint8, off int) []float32 {
-	n := 2*(r.tok+1)*r.ng + r.tok
-	b := buf[off+2*r.pw:][:4*n]
+	return floatsAt(buf[off+2*r.pw:], 2*(r.tok+1)*r.ng+r.tok)
+}
+
+// floatsAt returns the n float32 that the low-bit rows keep beside their
+// codes, from b[0], in place. Their offsets are multiples of 4 and the
+// rows' memory is 4-aligned (Go allocates byte slices 8-aligned at
+// least).
+func floatsAt[T int8 | uint8](b []T, n int) []float32 {
+	b = b[:4*n]
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+// floatColumn sets dst[i] to the float32 at b[i·stride], for i <
+// len(dst): one parameter (a scale, a zero) of consecutive low-bit rows,
+// in the byte order floatsAt wrote it in (the machine's).
+func floatColumn[T int8 | uint8](dst []float32, b []T, stride int) {
+	for i := range dst {
+		dst[i] = *(*float32)(unsafe.Pointer(&b[i*stride]))
+	}
 }
 
 // values returns the value scales and zeros of the params of a row.
@@ -210,12 +223,14 @@ func (h *Head) widen(dst []float32, src []uint16) {
 // the same).
 // dst (len >= D) may hold the key.
 func (h *Head) KeyNorm(dst []float32, j int) float64 {
-	if h.dt == kvcache.I8 && !(h.held > 0 && j == h.held-1) {
-		return float64(h.paramsI8(j)[2])
-	}
-	if h.dt == kvcache.I4 && h.kg == 0 && !(h.held > 0 && j == h.held-1) {
-		l := h.layout()
-		return float64(l.params(h.KV4, j*l.size)[4*l.ng])
+	if h.held == 0 || j != h.held-1 { // the norm stored beside the codes
+		switch {
+		case h.dt == kvcache.I8:
+			return float64(h.paramsI8(j)[2])
+		case h.dt == kvcache.I4 && h.kg == 0:
+			l := h.layout()
+			return float64(l.params(h.KV4, j*l.size)[4*l.ng])
+		}
 	}
 	k := h.K(dst, j)
 	return math.Sqrt(float64(simd.Dot(k, k)))

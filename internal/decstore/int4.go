@@ -2,7 +2,6 @@ package decstore
 
 import (
 	"math"
-	"unsafe"
 
 	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
@@ -209,11 +208,7 @@ func (h *Head) addValuesI4(p []float32, ldp, rows, j, n int, acc []float32) {
 // row of position j+i, for i < len(dst).
 func (h *Head) column(dst []float32, j, x int) {
 	l := h.layout()
-	buf := h.KV4[j*l.size+2*l.pw+4*x:]
-	for i := range dst {
-		// In the byte order params wrote it in (the machine's).
-		dst[i] = *(*float32)(unsafe.Pointer(&buf[i*l.size]))
-	}
+	floatColumn(dst, h.KV4[j*l.size+2*l.pw+4*x:], l.size)
 }
 
 // appendI4 appends int4 rows for key and value rows k and v: values

@@ -2,7 +2,6 @@ package decstore
 
 import (
 	"math"
-	"unsafe"
 
 	"github.com/attnkit/attn/internal/lowbit"
 	"github.com/attnkit/attn/internal/simd"
@@ -21,13 +20,10 @@ func i8Layout(d int) i8Row {
 	return i8Row{pw: pw, size: pw + 12}
 }
 
-// params returns the key scale, value scale and key norm of position j.
-// The row's offset is a multiple of 4, and the buffer's memory 4-aligned
-// (Go allocates byte-sized elements 8-aligned at least).
+// paramsI8 returns the key scale, value scale and key norm of position j.
 func (h *Head) paramsI8(j int) []float32 {
 	l := i8Layout(h.d)
-	b := h.KV8[j*l.size+l.pw:][:12]
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), 3)
+	return floatsAt(h.KV8[j*l.size+l.pw:], 3)
 }
 
 // rowI8 writes position j's key (value false) or value into dst (D
@@ -46,11 +42,7 @@ func (h *Head) rowI8(dst []float32, j int, value bool) []float32 {
 // position j+i, for i < len(dst).
 func (h *Head) columnI8(dst []float32, j, x int) {
 	l := i8Layout(h.d)
-	buf := h.KV8[j*l.size+l.pw+4*x:]
-	for i := range dst {
-		// In the byte order appendI8 wrote it in (the machine's).
-		dst[i] = *(*float32)(unsafe.Pointer(&buf[i*l.size]))
-	}
+	floatColumn(dst, h.KV8[j*l.size+l.pw+4*x:], l.size)
 }
 
 // dotKeysI8 is DotKeys for int8 rows: the dot products with the codes,
