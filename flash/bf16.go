@@ -13,11 +13,12 @@ import (
 )
 
 // BF16Path names the path ForwardBF16 takes with the kernels in use:
-// "amx", or "widened to f32 (family)" with the kernel family
-// (simd.Kernels) of the float32 kernel it runs on.
+// the family of the bfloat16 tile kernel, "amx" (on the AMX tiles) or
+// "avx512bf16" (VDPBF16PS), or "widened to f32 (family)" with the kernel
+// family (simd.Kernels) of the float32 kernel it runs on.
 func BF16Path() string {
-	if simd.HasAMX() {
-		return "amx"
+	if simd.HasBF16Tile() {
+		return simd.Kernels()
 	}
 	return "widened to f32 (" + simd.Kernels() + ")"
 }
@@ -43,14 +44,16 @@ func AttentionBF16(ctx context.Context, s attn.Shape, q, k, v []uint16, o attn.O
 // (nil, or [B][H][N]) get float32. The options, the checks and their
 // errors are Forward's, and so is the result of a row that sees no key
 // (out 0, lse -Inf). The path depends on the kernels in use (BF16Path):
-// on the AMX tiles the probabilities are rounded to bfloat16 before their
-// product with the values (see the package documentation), so each
-// output is within about 2^-8 of Σ_j p_j·|v_j| of the exact value, where
-// the float32 fallback is within float32 rounding. Either way a row's
-// result does not depend on o.Workers.
+// on the bfloat16 tile (the AMX tiles, or VDPBF16PS with AVX512-BF16) the
+// probabilities are rounded to bfloat16 before their product with the
+// values (see the package documentation), so each output is within about
+// 2^-8 of Σ_j p_j·|v_j| of the exact value, where the float32 fallback is
+// within float32 rounding. Either way a row's result does not depend on
+// o.Workers.
 //
-// On the AMX path the tiles are the Kernel's BlockRows rows (at most 64)
-// by 128 keys; keys at or past a batch row's KVLen are never read.
+// On the bfloat16 tile path the tiles are the Kernel's BlockRows rows (at
+// most 64) by 128 keys; keys at or past a batch row's KVLen are never
+// read.
 func (kn *Kernel) ForwardBF16(ctx context.Context, s attn.Shape, q, k, v []uint16, o attn.Options, out, lse []float32) error {
 	if err := checkBF16(s, q, k, v, out, lse, o, true); err != nil {
 		return err
@@ -58,7 +61,7 @@ func (kn *Kernel) ForwardBF16(ctx context.Context, s attn.Shape, q, k, v []uint1
 	// The tiles take key indices as int32 and a positive, finite
 	// log2-scale; anything else (never in practice) takes the fallback.
 	c := float32(math.Abs(float64(o.ScaleFor(s.D))) * math.Log2E)
-	if simd.HasAMX() && s.M <= math.MaxInt32-simd.AMXKeys && c > 0 && c <= math.MaxFloat32 {
+	if simd.HasBF16Tile() && s.M <= math.MaxInt32-simd.AMXKeys && c > 0 && c <= math.MaxFloat32 {
 		return kn.forwardAMX(ctx, s, q, k, v, o, c, out, lse)
 	}
 	// The fallback: Q widened whole (it is read once a key tile), K and V
@@ -151,7 +154,8 @@ func getBF16(n int) *[]uint16 {
 	return &b
 }
 
-// forwardAMX runs ForwardBF16 on the AMX tiles, for checked arguments.
+// forwardAMX runs ForwardBF16 on the bfloat16 tile (simd.AttendAMX), for
+// checked arguments.
 // c is |scale|·log2 e.
 func (kn *Kernel) forwardAMX(ctx context.Context, s attn.Shape, q, k, v []uint16, o attn.Options, c float32, out, lse []float32) error {
 	p := amxPlan{s: s, o: o, q: q, out: out, lse: lse, neg: o.ScaleFor(s.D) < 0, c: c}

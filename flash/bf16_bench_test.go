@@ -15,13 +15,14 @@ import (
 
 // BenchmarkForwardBF16 reports GFLOP/s (4·B·H·N·M·D, halved when causal,
 // over wall-clock time) of ForwardBF16 on the path of the kernels in use
-// (BF16Path: run with ATTN_KERNELS=avx512bf16 for the float32 fallback),
+// (BF16Path: run with ATTN_KERNELS=avx512 for the float32 fallback),
 // and of Forward on the same inputs widened to float32 for comparison,
 // for B=1, H=8 and N=M. It also reports, as BenchmarkForward does, the
 // rate per second of CPU time (cpuGFLOP/s) and the FMA peak of one core
 // (peak1GFLOP/s, simd.MeasurePeakGFlops) and of GOMAXPROCS cores
-// (peakGFLOP/s), measured in the same process: AMX is no FMA, and the
-// AMX path may exceed that peak; the figure is a yardstick.
+// (peakGFLOP/s), measured in the same process: AMX and VDPBF16PS are no
+// FMA, and the bfloat16 tile may exceed that peak; the figure is a
+// yardstick.
 //
 // The sizes run with -short are N = 1024 only.
 func BenchmarkForwardBF16(b *testing.B) {

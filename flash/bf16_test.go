@@ -17,7 +17,7 @@ import (
 )
 
 // bf16Kernels are the tile configurations of the bfloat16 tests: the
-// default (64-row tiles on the AMX path) and tiles of 5 rows, which
+// default (64-row tiles on the bfloat16 tile path) and tiles of 5 rows, which
 // leave most of a tile's panels empty and put tile edges everywhere.
 var bf16Kernels = []*Kernel{New(Config{}), New(Config{BlockRows: 5, BlockK: 7})}
 
@@ -48,7 +48,7 @@ func newBF16Inputs(rng *rand.Rand, s attn.Shape) bf16Inputs {
 }
 
 // checkBF16Result compares out and lse with the float64 reference on the
-// same (bfloat16) inputs. On the AMX path each output must be within
+// same (bfloat16) inputs. On the bfloat16 tile path each output must be within
 // (2^-8 + 1e-5)·Σ_j p_j·|v_j| + 1e-6 of the reference: the probabilities
 // are rounded to bfloat16, to nearest (relative error at most 2^-8), and
 // the rest is float32 arithmetic. On the float32 fallback the outputs
@@ -64,7 +64,10 @@ func checkBF16Result(t *testing.T, name string, s attn.Shape, o attn.Options, in
 	if e, err := ref.LSEErr(lse, wantLSE); err != nil || e > tol {
 		t.Errorf("%s: lse rel err %.3g %v", name, e, err)
 	}
-	if BF16Path() != "amx" {
+	if simd.HasBF16Tile() != (BF16Path() == simd.Kernels()) {
+		t.Fatalf("path %q with kernels %s", BF16Path(), simd.Kernels())
+	}
+	if !simd.HasBF16Tile() {
 		if e := ref.RelErr(out, wantOut); e > tol {
 			t.Errorf("%s (%s): out rel err %.3g", name, BF16Path(), e)
 		}
@@ -110,7 +113,8 @@ func runBF16(t *testing.T, kn *Kernel, s attn.Shape, o attn.Options, in bf16Inpu
 // TestBF16AgainstReference runs odd sizes (N and M no multiple of any
 // block, M != N, head sizes that are no multiple of 32, GQA and MQA, two
 // batch rows) causal and not, with and without padding, under every
-// kernel family: amx takes the AMX path, the others the float32 fallback.
+// kernel family: amx and avx512bf16 take the bfloat16 tile, the others
+// the float32 fallback.
 func TestBF16AgainstReference(t *testing.T) {
 	rng := ref.FreshRNG(t, 22)
 	type sizes struct{ n, m, d int }
@@ -330,7 +334,8 @@ func TestBF16BadInput(t *testing.T) {
 func TestBF16Path(t *testing.T) {
 	simdtest.ForEachFamily(t, func(t *testing.T) {
 		p := BF16Path()
-		if (p == "amx") != (simd.Kernels() == "amx") || (p != "amx" && p != "widened to f32 ("+simd.Kernels()+")") {
+		tile := simd.Kernels() == "amx" || simd.Kernels() == "avx512bf16"
+		if tile && p != simd.Kernels() || !tile && p != "widened to f32 ("+simd.Kernels()+")" {
 			t.Errorf("kernels %s: path %q", simd.Kernels(), p)
 		}
 	})
@@ -339,7 +344,8 @@ func TestBF16Path(t *testing.T) {
 func ExampleKernel_ForwardBF16() {
 	// One head, two queries, three keys, head size 4. Each query points
 	// at one key (logit 10, the others 0), so its output is almost that
-	// key's value on either path (the AMX tiles or the float32 fallback).
+	// key's value on either path (the bfloat16 tile or the float32
+	// fallback).
 	s := attn.Shape{B: 1, H: 1, HKV: 1, N: 2, M: 3, D: 4}
 	// bfloat16 is the upper half of a float32: these small integers
 	// convert exactly by truncation.

@@ -64,9 +64,10 @@
 //
 // ForwardBF16 and AttentionBF16 take bfloat16 queries, keys and values
 // (the upper 16 bits of a float32, as uint16) and give float32 outputs
-// and log-sum-exps. With the amx kernels (Intel's AMX, see BF16Path) the
-// products run on the tiles (simd.AttendAMX) with bfloat16 operands and
-// float32 sums, and the softmax in float32, as FlashAttention does on
+// and log-sum-exps. With the amx kernels (Intel's AMX) the products run on
+// the tiles, with the avx512bf16 kernels on VDPBF16PS (both
+// simd.AttendAMX; see BF16Path), with bfloat16 operands and float32
+// sums, and the softmax in float32, as FlashAttention does on
 // GPUs: the logits are exact sums of exact products, and only the
 // probabilities are rounded to bfloat16 before their product with V, so
 // each output is within 2^-8·Σ_j p_j·|v_j| (plus float32 rounding) of

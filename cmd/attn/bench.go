@@ -87,7 +87,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.intVar(&d, "d", 64, 1, 1<<16, "1 or more", "head size, with -input gaussian or planted")
 	var causal causalFlag
 	fs.Var(&causal, "causal", "causal rows only (-causal=false: non-causal only; unset: both)")
-	dtype := fs.String("dtype", "f32", "element type: f32; for prefill bf16 (Q, K, V in bfloat16 with float32 softmax and sums, exact alone: on the AMX tiles where the amx kernels run); for decode the KV cache's bf16, f16, i8 (int8, a float32 scale a row) or i4 (4-bit codes in groups of 64, KIVI), each with +rot for a Hadamard rotation of keys and values (i4+rot), or a comma-separated list of them (decode: default f32,bf16)")
+	dtype := fs.String("dtype", "f32", "element type: f32; for prefill bf16 (Q, K, V in bfloat16 with float32 softmax and sums, exact alone: in bfloat16 arithmetic where the amx or avx512bf16 kernels run, else widened to f32); for decode the KV cache's bf16, f16, i8 (int8, a float32 scale a row) or i4 (4-bit codes in groups of 64, KIVI), each with +rot for a Hadamard rotation of keys and values (i4+rot), or a comma-separated list of them (decode: default f32,bf16)")
 	var reps, workers int
 	fs.intVar(&reps, "reps", 5, 1, 1<<20, "1 or more", "timed calls per row after one warm-up (median reported)")
 	fs.workersVar(&workers)

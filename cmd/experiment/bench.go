@@ -202,8 +202,8 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*eval.Results, error) {
 	for i := range rows {
 		r := &rows[i]
 		r.Kernels = simd.Kernels()
-		// The peak is of float32 FMAs: bfloat16 rows (AMX tiles) are
-		// not measured against it.
+		// The peak is of float32 FMAs: bfloat16 rows (AMX tiles or
+		// VDPBF16PS) are not measured against it.
 		if r.Mech == "exact" && r.DType != "bf16" && r.GFlops > 0 && res.Machine.PeakGFlops > 0 {
 			r.PeakPct = 100 * r.GFlops / res.Machine.PeakGFlops
 		}

@@ -1,18 +1,21 @@
 package simd
 
-// The exact-attention tile of the amx family: bfloat16 queries, keys and
-// values multiplied on the AMX tiles of Intel CPUs (TDPBF16PS: a 16×16
-// float32 tile += a 16×32 bfloat16 tile times a 32×16 one, 16384 flops
-// an instruction), the softmax in float32 with AVX-512, and the
-// probabilities rounded to bfloat16 for their product with the values,
-// as FlashAttention does on GPUs.
+// The bfloat16 exact-attention tile: bfloat16 queries, keys and values
+// multiplied with float32 sums, the softmax in float32 with AVX-512, and
+// the probabilities rounded to bfloat16 for their product with the
+// values, as FlashAttention does on GPUs. The amx family multiplies on
+// the AMX tiles of Intel CPUs (TDPBF16PS: a 16×16 float32 tile += a
+// 16×32 bfloat16 tile times a 32×16 one, 16384 flops an instruction);
+// the avx512bf16 family with VDPBF16PS in zmm registers (two bfloat16
+// products a lane, twice an FMA's), on the same packed operands, which
+// are named for the tiles' layout.
 //
 // A caller packs the queries of a tile (PackQAMX), the keys and the
 // values of each block of AMXKeys keys (PackKAMX, PackVAMX) and calls
 // AttendAMX once for a query tile and all the key blocks it sees: the
 // tiles' state is per thread, and a goroutine may change threads between
-// calls, so each call configures the tiles and releases them, and should
-// do much work.
+// calls, so each call of the amx kernel configures the tiles and
+// releases them, and should do much work.
 
 // The sizes of the AMX tile.
 const (
@@ -32,9 +35,9 @@ const (
 // of a block lie in [0, 2^AMXThreshold].
 const AMXThreshold = 8
 
-// HasAMX reports whether the kernels in use have AttendAMX: the amx
-// family (see Kernels).
-func HasAMX() bool { return active.attendAMX != nil }
+// HasBF16Tile reports whether the kernels in use have AttendAMX: the amx
+// and avx512bf16 families (see Kernels).
+func HasBF16Tile() bool { return active.attendAMX != nil }
 
 // AMXPad returns d rounded up to a multiple of AMXCols.
 func AMXPad(d int) int { return (d + AMXCols - 1) / AMXCols * AMXCols }
@@ -168,11 +171,12 @@ func PackVAMX(dst []uint16, v []uint16, n, d int) {
 // two). A row's results depend on its own inputs alone, never on the
 // other rows of the tile.
 //
-// AttendAMX panics if the kernels in use lack it (see HasAMX), a size is
-// out of range, c is not positive or finite, or a slice is too short.
+// AttendAMX panics if the kernels in use lack it (see HasBF16Tile), a
+// size is out of range, c is not positive or finite, or a slice is too
+// short.
 func AttendAMX(rows, nfull, nblk, d int, qb, kb, vb []uint16, st []float32, pb []uint16, lim []int32, m, l, acc []float32, c float32) {
 	if active.attendAMX == nil {
-		panic("simd: AttendAMX without the amx kernels")
+		panic("simd: AttendAMX without the avx512bf16 or amx kernels")
 	}
 	if rows < 1 || rows > AMXRows || nfull < 0 || nblk < 0 || d < 1 {
 		panic("simd: AttendAMX with a size out of range")

@@ -259,18 +259,19 @@ func randCase(rng *rand.Rand, rows, d, n int, lims string) amxCase {
 }
 
 func TestAttendAMX(t *testing.T) {
-	useAMX(t)
-	rng := rand.New(rand.NewPCG(2, 22))
-	for _, d := range []int{24, 40, 64, 80, 128} {
-		for _, rows := range []int{1, 16, 31, 33, 64} {
-			for _, n := range []int{1, 77, 128, 129, 300} {
-				for _, lims := range []string{"all", "random", "causal"} {
-					c := randCase(rng, rows, d, n, lims)
-					c.check(t, fmt.Sprintf("d=%d rows=%d n=%d %s", d, rows, n, lims))
+	forEachTiles(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(2, 22))
+		for _, d := range []int{24, 40, 64, 80, 128} {
+			for _, rows := range []int{1, 16, 31, 33, 64} {
+				for _, n := range []int{1, 77, 128, 129, 300} {
+					for _, lims := range []string{"all", "random", "causal"} {
+						c := randCase(rng, rows, d, n, lims)
+						c.check(t, fmt.Sprintf("d=%d rows=%d n=%d %s", d, rows, n, lims))
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestAttendAMXLogits covers logits far from 1: large ones (up to about
@@ -278,84 +279,86 @@ func TestAttendAMX(t *testing.T) {
 // softmax can err), maxima that keep growing from block to block (rescales at most
 // blocks), a negative scale, and rows that see no key.
 func TestAttendAMXLogits(t *testing.T) {
-	useAMX(t)
-	rng := rand.New(rand.NewPCG(3, 22))
-	ints := func(n, lo, hi int) []uint16 {
-		x := make([]uint16, n)
-		for i := range x {
-			x[i] = half.F32ToBF16(float32(lo + rng.IntN(hi-lo+1)))
+	forEachTiles(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 22))
+		ints := func(n, lo, hi int) []uint16 {
+			x := make([]uint16, n)
+			for i := range x {
+				x[i] = half.F32ToBF16(float32(lo + rng.IntN(hi-lo+1)))
+			}
+			return x
 		}
-		return x
-	}
-	for _, d := range []int{64, 128} {
-		// Logits of 64·d ± 5·sqrt(d) or so, hundreds apart.
-		c := randCase(rng, 40, d, 700, "random")
-		c.q, c.k, c.v = ints(c.rows*d, 0, 16), ints(c.n*d, 0, 16), ints(c.n*d, -8, 8)
-		c.scale = 1
-		out, lse := c.check(t, fmt.Sprintf("large d=%d", d))
-		for i, x := range out {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				t.Fatalf("large d=%d: out[%d] = %v", d, i, x)
+		for _, d := range []int{64, 128} {
+			// Logits of 64·d ± 5·sqrt(d) or so, hundreds apart.
+			c := randCase(rng, 40, d, 700, "random")
+			c.q, c.k, c.v = ints(c.rows*d, 0, 16), ints(c.n*d, 0, 16), ints(c.n*d, -8, 8)
+			c.scale = 1
+			out, lse := c.check(t, fmt.Sprintf("large d=%d", d))
+			for i, x := range out {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					t.Fatalf("large d=%d: out[%d] = %v", d, i, x)
+				}
+			}
+			big := 0.0
+			for _, x := range lse {
+				if !math.IsInf(float64(x), -1) {
+					big = max(big, math.Abs(float64(x)))
+				}
+			}
+			if big < 3000 {
+				t.Errorf("large d=%d: the largest |lse| is only %v", d, big)
 			}
 		}
-		big := 0.0
-		for _, x := range lse {
-			if !math.IsInf(float64(x), -1) {
-				big = max(big, math.Abs(float64(x)))
+		// Key j is key 0 times (1 + j/64): the logits of a row grow (or
+		// fall) linearly along the keys, by far more than AMXThreshold over
+		// the row.
+		c := randCase(rng, 64, 64, 900, "causal")
+		for j := range c.n {
+			for x := range c.d {
+				c.k[j*c.d+x] = half.F32ToBF16(half.BF16ToF32(c.k[x]) * (1 + float32(j)/64))
 			}
 		}
-		if big < 3000 {
-			t.Errorf("large d=%d: the largest |lse| is only %v", d, big)
+		c.scale = 0.5
+		c.check(t, "growing")
+		c.scale = -0.5
+		c.check(t, "growing, negative scale")
+		c = randCase(rng, 33, 80, 300, "random")
+		for r := range c.lim {
+			if r%3 == 0 {
+				c.lim[r] = 0
+			}
 		}
-	}
-	// Key j is key 0 times (1 + j/64): the logits of a row grow (or
-	// fall) linearly along the keys, by far more than AMXThreshold over
-	// the row.
-	c := randCase(rng, 64, 64, 900, "causal")
-	for j := range c.n {
-		for x := range c.d {
-			c.k[j*c.d+x] = half.F32ToBF16(half.BF16ToF32(c.k[x]) * (1 + float32(j)/64))
-		}
-	}
-	c.scale = 0.5
-	c.check(t, "growing")
-	c.scale = -0.5
-	c.check(t, "growing, negative scale")
-	c = randCase(rng, 33, 80, 300, "random")
-	for r := range c.lim {
-		if r%3 == 0 {
-			c.lim[r] = 0
-		}
-	}
-	c.check(t, "empty rows")
+		c.check(t, "empty rows")
+	})
 }
 
 // TestAttendAMXRowsIndependent checks that a row's results are the same
 // bits whatever rows share its tile and whatever panel it lies in.
 func TestAttendAMXRowsIndependent(t *testing.T) {
-	useAMX(t)
-	rng := rand.New(rand.NewPCG(4, 22))
-	a := randCase(rng, 64, 80, 400, "random")
-	outA, lseA := a.run()
-	// Row r of a becomes row perm[r] of b, among other rows.
-	perm := rng.Perm(64)
-	b := randCase(rng, 64, 80, 400, "random")
-	copy(b.k, a.k)
-	copy(b.v, a.v)
-	keep := 40
-	for r := range keep {
-		pr := perm[r]
-		copy(b.q[pr*b.d:(pr+1)*b.d], a.q[r*a.d:(r+1)*a.d])
-		b.lim[pr] = a.lim[r]
-	}
-	outB, lseB := b.run()
-	for r := range keep {
-		pr := perm[r]
-		if math.Float32bits(lseA[r]) != math.Float32bits(lseB[pr]) ||
-			!slices.Equal(f32bits(outA[r*a.d:(r+1)*a.d]), f32bits(outB[pr*b.d:(pr+1)*b.d])) {
-			t.Fatalf("row %d (row %d of the other tile): different results", r, pr)
+	forEachTiles(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(4, 22))
+		a := randCase(rng, 64, 80, 400, "random")
+		outA, lseA := a.run()
+		// Row r of a becomes row perm[r] of b, among other rows.
+		perm := rng.Perm(64)
+		b := randCase(rng, 64, 80, 400, "random")
+		copy(b.k, a.k)
+		copy(b.v, a.v)
+		keep := 40
+		for r := range keep {
+			pr := perm[r]
+			copy(b.q[pr*b.d:(pr+1)*b.d], a.q[r*a.d:(r+1)*a.d])
+			b.lim[pr] = a.lim[r]
 		}
-	}
+		outB, lseB := b.run()
+		for r := range keep {
+			pr := perm[r]
+			if math.Float32bits(lseA[r]) != math.Float32bits(lseB[pr]) ||
+				!slices.Equal(f32bits(outA[r*a.d:(r+1)*a.d]), f32bits(outB[pr*b.d:(pr+1)*b.d])) {
+				t.Fatalf("row %d (row %d of the other tile): different results", r, pr)
+			}
+		}
+	})
 }
 
 // threadSeconds is the CPU time of the calling thread (Linux), or 0.
@@ -397,11 +400,11 @@ func TestAttendAMXPanics(t *testing.T) {
 		AttendAMX(a.rows, a.nfull, a.nblk, a.d, a.qb, a.kb, a.vb, a.st, a.pb, a.lim, a.m, a.l, a.acc, a.c)
 		return false
 	}
-	// Without the amx kernels every call panics.
+	// Without the avx512bf16 or amx kernels every call panics.
 	orig := active
 	active = &implementations[0]
 	if !call(ok()) {
-		t.Error("AttendAMX without the amx kernels did not panic")
+		t.Error("AttendAMX without the avx512bf16 or amx kernels did not panic")
 	}
 	active = orig
 	useAMX(t)
@@ -440,7 +443,49 @@ func useAMX(t testing.TB) {
 			return
 		}
 	}
-	t.Skipf("no amx kernels on this machine (families %v)", Families())
+	t.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
+}
+
+// forEachTiles runs f as a subtest for each family with AttendAMX (amx
+// on the tiles, avx512bf16 with VDPBF16PS), that family in use; it
+// skips the test where there is none.
+func forEachTiles(t *testing.T, f func(t *testing.T)) {
+	ran := false
+	for i := range implementations {
+		if implementations[i].attendAMX == nil {
+			continue
+		}
+		ran = true
+		t.Run(implementations[i].name, func(t *testing.T) {
+			orig := active
+			active = &implementations[i]
+			defer func() { active = orig }()
+			f(t)
+		})
+	}
+	if !ran {
+		t.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
+	}
+}
+
+// forEachTilesB is forEachTiles for a benchmark.
+func forEachTilesB(b *testing.B, f func(b *testing.B)) {
+	ran := false
+	for i := range implementations {
+		if implementations[i].attendAMX == nil {
+			continue
+		}
+		ran = true
+		b.Run(implementations[i].name, func(b *testing.B) {
+			orig := active
+			active = &implementations[i]
+			defer func() { active = orig }()
+			f(b)
+		})
+	}
+	if !ran {
+		b.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
+	}
 }
 
 // BenchmarkAttendAMX times one call for a tile of 64 query rows against
@@ -448,39 +493,40 @@ func useAMX(t testing.TB) {
 // wall-clock time and over the thread's CPU time (cpuGFLOP/s, which a
 // busy machine lowers less).
 func BenchmarkAttendAMX(b *testing.B) {
-	useAMX(b)
-	for _, d := range []int{64, 128} {
-		for _, n := range []int{1024, 4096} {
-			b.Run(fmt.Sprintf("d%d/n%d", d, n), func(b *testing.B) {
-				rng := rand.New(rand.NewPCG(5, 22))
-				nblk := n / AMXKeys
-				blk := AMXBlockLen(d)
-				kb, vb := randBF16(rng, nblk*blk), randBF16(rng, nblk*blk)
-				qb := randBF16(rng, AMXQLen(d))
-				for i := range kb { // modest logits
-					kb[i] = half.F32ToBF16(half.BF16ToF32(kb[i]) / 8)
-				}
-				lim := make([]int32, AMXRows)
-				m, l, acc := make([]float32, AMXRows), make([]float32, AMXRows), make([]float32, AMXAccLen(d))
-				st, pb := make([]float32, AMXStLen), make([]uint16, AMXPLen)
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				cpu0 := threadSeconds()
-				for b.Loop() {
-					for i := range m {
-						m[i], l[i] = float32(math.Inf(-1)), 0
+	forEachTilesB(b, func(b *testing.B) {
+		for _, d := range []int{64, 128} {
+			for _, n := range []int{1024, 4096} {
+				b.Run(fmt.Sprintf("d%d/n%d", d, n), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(5, 22))
+					nblk := n / AMXKeys
+					blk := AMXBlockLen(d)
+					kb, vb := randBF16(rng, nblk*blk), randBF16(rng, nblk*blk)
+					qb := randBF16(rng, AMXQLen(d))
+					for i := range kb { // modest logits
+						kb[i] = half.F32ToBF16(half.BF16ToF32(kb[i]) / 8)
 					}
-					clear(acc)
-					AttendAMX(AMXRows, nblk, nblk, d, qb, kb, vb, st, pb, lim, m, l, acc, 0.125*math.Log2E)
-				}
-				f := 4 * float64(AMXRows*n*d) * float64(b.N)
-				b.ReportMetric(f/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				if cpu := threadSeconds() - cpu0; cpu > 0 {
-					b.ReportMetric(f/cpu/1e9, "cpuGFLOP/s")
-				}
-			})
+					lim := make([]int32, AMXRows)
+					m, l, acc := make([]float32, AMXRows), make([]float32, AMXRows), make([]float32, AMXAccLen(d))
+					st, pb := make([]float32, AMXStLen), make([]uint16, AMXPLen)
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					cpu0 := threadSeconds()
+					for b.Loop() {
+						for i := range m {
+							m[i], l[i] = float32(math.Inf(-1)), 0
+						}
+						clear(acc)
+						AttendAMX(AMXRows, nblk, nblk, d, qb, kb, vb, st, pb, lim, m, l, acc, 0.125*math.Log2E)
+					}
+					f := 4 * float64(AMXRows*n*d) * float64(b.N)
+					b.ReportMetric(f/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					if cpu := threadSeconds() - cpu0; cpu > 0 {
+						b.ReportMetric(f/cpu/1e9, "cpuGFLOP/s")
+					}
+				})
+			}
 		}
-	}
+	})
 }
 
 func BenchmarkPackAMX(b *testing.B) {

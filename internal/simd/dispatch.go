@@ -69,7 +69,8 @@ type implementation struct {
 	panelFromRows func(dst, src []float32, off []int, d int, scale float32)
 	rowsFromPanel func(dst []float32, off []int, src, f []float32, d int)
 
-	// attendAMX is the AMX tile of AttendAMX, nil but in the amx family.
+	// attendAMX is the kernel of AttendAMX: nil but in the avx512bf16
+	// (VDPBF16PS) and amx (the AMX tiles) families.
 	attendAMX func(npp, nfull, nblk, dp int, qb, kb, vb []uint16, st []float32, pb []uint16, lim []int32, m, l, acc []float32, c float32)
 }
 

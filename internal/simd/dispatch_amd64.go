@@ -55,6 +55,7 @@ func asmImplementations() []implementation {
 	b.gemmBF16 = gemmBF16AVX512BF16
 	b.dotRowsBF16Native = dotRowsBF16NativeAVX512BF16
 	b.gemmBF16Native = gemmBF16NativeAVX512BF16
+	b.attendAMX = attendTilesAVX512BF16
 	if x.HasAVX512VNNI {
 		b.u4Native = true
 		b.dotRowsU4Q8 = dotRowsU4Q8AVX512BF16

@@ -12,7 +12,8 @@
 // in the integer and bfloat16 arithmetic of the CPU, see NativeU4),
 // those of the fused attention tile (GemmPanels, OnlineSoftmax,
 // AttendPanels, PanelFromRows, RowsFromPanel), the bfloat16 attention
-// tile on Intel's AMX (AttendAMX, with PackQAMX, PackKAMX and PackVAMX),
+// tile (AttendAMX, with PackQAMX, PackKAMX and PackVAMX, in the layout
+// of Intel's AMX tiles),
 // and two probes of the machine (MeasurePeakGFlops, MeasureReadGBps) that
 // reports divide by.
 //
@@ -24,8 +25,9 @@
 // Linux, which must grant the process the tile state: the package asks
 // once at start-up, and without it there is no amx family and
 // KernelsNote says why). A family keeps the kernels of the one before it
-// that it does not replace, and may add some: AttendAMX exists in the amx
-// family only (HasAMX). At start-up the most capable family
+// that it does not replace, and may add some: AttendAMX exists in the
+// avx512bf16 family (VDPBF16PS) and the amx family (the AMX tiles) only
+// (HasBF16Tile). At start-up the most capable family
 // the CPU and the OS support (golang.org/x/sys/cpu) is put in use; the
 // environment variable ATTN_KERNELS names a less capable one instead
 // ("generic", also "go" or "purego", "avx2", "avx512", "avx512bf16"; on
@@ -100,6 +102,14 @@
 // (FlashAttention-4's conditional rescaling), so the accumulator is
 // rescaled a few times a row instead of at every block. The Go assembler lacks the AMX instructions too: the
 // generator emits their VEX encodings as BYTEs (checked against GNU as).
+//
+// The avx512bf16 family has AttendAMX too, on the same packed operands,
+// with VDPBF16PS in zmm registers for the products: a line of the packed
+// queries (or probabilities) is one register of 16 pairs, and a pair of
+// a key's columns (or of a column's keys in Vᵀ) one 32-bit broadcast.
+// The softmax is the amx kernel's code; with the vector units doing
+// everything there is nothing to overlap, so each block runs its logits,
+// its softmax and its values in turn.
 //
 // Gemm works on a 6-row × 16-column block of C held in 12 ymm
 // accumulators: each step of k loads 16 values of B, broadcasts 6 of A

@@ -396,3 +396,9 @@ func gemmU4BF16HiAVX512BF16(m int, n int, k int, a []float32, lda int, rs []floa
 //
 //go:noescape
 func attendTilesAMX(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)
+
+// attendTilesAVX512BF16 is attendTilesAMX with VDPBF16PS in zmm registers for the
+// products (see AttendAMX). The slices must be long enough (the Go caller checks).
+//
+//go:noescape
+func attendTilesAVX512BF16(npp int, nfull int, nblk int, dp int, qb []uint16, kb []uint16, vb []uint16, st []float32, pb []uint16, lim []int32, m []float32, l []float32, acc []float32, c float32)

@@ -88,7 +88,10 @@ func declareAMXConsts() {
 // the cursors of the two streams of tile work that run interleaved with
 // the softmax of a block.
 type amxFrame struct {
-	blk Mem
+	// vector is set in attendTilesAVX512BF16, which has no tiles: its
+	// softmax then issues no tile steps and no prefetches.
+	vector bool
+	blk    Mem
 	// Sᵀ = K·Qᵀ of the next block: steps left, the chunk of 32 columns
 	// and the pair of panels of the next step, and the row of K and the
 	// place in st of its 32 keys.
@@ -661,22 +664,9 @@ func (a *amxFrame) exponentials(b Register) {
 		VPERMW(w, perm, w)
 		VMOVDQU16(w, Mem{Base: pp, Disp: 32 * i})
 	}
-	a.prefetch()
-	// The tile steps this iteration's share of credit pays for.
-	{
-		c := GP64()
-		MOVQ(a.credit, c)
-		ADDQ(a.steps, c)
-		MOVQ(c, a.credit)
-		Label("ecredit")
-		MOVQ(a.credit, c)
-		CMPQ(c, a.iters)
-		JL(LabelRef("epaid"))
-		SUBQ(a.iters, c)
-		MOVQ(c, a.credit)
-		a.step("e")
-		JMP(LabelRef("ecredit"))
-		Label("epaid")
+	if !a.vector {
+		a.prefetch()
+		a.creditSteps()
 	}
 	ADDQ(U32(256), sp)
 	ADDQ(U32(128), pp)
@@ -694,6 +684,26 @@ func (a *amxFrame) exponentials(b Register) {
 	INCQ(p)
 	CMPQ(p, np)
 	JL(LabelRef("epanel"))
+}
+
+// creditSteps emits, in an iteration of the softmax, the tile steps this
+// iteration's share of credit pays for.
+func (a *amxFrame) creditSteps() {
+	{
+		c := GP64()
+		MOVQ(a.credit, c)
+		ADDQ(a.steps, c)
+		MOVQ(c, a.credit)
+		Label("ecredit")
+		MOVQ(a.credit, c)
+		CMPQ(c, a.iters)
+		JL(LabelRef("epaid"))
+		SUBQ(a.iters, c)
+		MOVQ(c, a.credit)
+		a.step("e")
+		JMP(LabelRef("ecredit"))
+		Label("epaid")
+	}
 }
 
 // rescale emits the last phase of the softmax of a block, once the tiles

@@ -72,6 +72,7 @@ func main() {
 	expMul512()
 	u4Native()
 	attendAMX()
+	attendBF16DP()
 
 	Generate()
 	out := flag.Lookup("out").Value.String()
