@@ -446,17 +446,20 @@ func useAMX(t testing.TB) {
 	t.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
 }
 
-// forEachTiles runs f as a subtest for each family with AttendAMX (amx
-// on the tiles, avx512bf16 with VDPBF16PS), that family in use; it
-// skips the test where there is none.
-func forEachTiles(t *testing.T, f func(t *testing.T)) {
+// forEachTiles runs f as a subtest (or sub-benchmark) for each family
+// with AttendAMX (amx on the tiles, avx512bf16 with VDPBF16PS), that
+// family in use; it skips where there is none.
+func forEachTiles[T interface {
+	testing.TB
+	Run(string, func(T)) bool
+}](t T, f func(t T)) {
 	ran := false
 	for i := range implementations {
 		if implementations[i].attendAMX == nil {
 			continue
 		}
 		ran = true
-		t.Run(implementations[i].name, func(t *testing.T) {
+		t.Run(implementations[i].name, func(t T) {
 			orig := active
 			active = &implementations[i]
 			defer func() { active = orig }()
@@ -468,32 +471,12 @@ func forEachTiles(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// forEachTilesB is forEachTiles for a benchmark.
-func forEachTilesB(b *testing.B, f func(b *testing.B)) {
-	ran := false
-	for i := range implementations {
-		if implementations[i].attendAMX == nil {
-			continue
-		}
-		ran = true
-		b.Run(implementations[i].name, func(b *testing.B) {
-			orig := active
-			active = &implementations[i]
-			defer func() { active = orig }()
-			f(b)
-		})
-	}
-	if !ran {
-		b.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
-	}
-}
-
 // BenchmarkAttendAMX times one call for a tile of 64 query rows against
 // n keys (one thread), in GFLOP/s of the conventional 4·rows·n·d, over
 // wall-clock time and over the thread's CPU time (cpuGFLOP/s, which a
 // busy machine lowers less).
 func BenchmarkAttendAMX(b *testing.B) {
-	forEachTilesB(b, func(b *testing.B) {
+	forEachTiles(b, func(b *testing.B) {
 		for _, d := range []int{64, 128} {
 			for _, n := range []int{1024, 4096} {
 				b.Run(fmt.Sprintf("d%d/n%d", d, n), func(b *testing.B) {

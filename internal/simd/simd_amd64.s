@@ -109816,10 +109816,10 @@ lchunk:
 	VMOVUPS      Z13, 8576(AX)
 	VMOVUPS      Z14, 448(AX)
 	VMOVUPS      Z15, 8640(AX)
-	MOVQ         560(SP), CX
-	INCQ         CX
-	MOVQ         CX, 560(SP)
-	CMPQ         CX, $0x10
+	MOVQ         560(SP), AX
+	INCQ         AX
+	MOVQ         AX, 560(SP)
+	CMPQ         AX, $0x10
 	JL           lgroup
 	MOVQ         552(SP), AX
 	INCQ         AX

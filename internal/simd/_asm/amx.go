@@ -202,14 +202,7 @@ func attendAMX() {
 	}
 	a.flush("blk")
 	a.rescale()
-	{
-		b := GP64()
-		MOVQ(a.blk, b)
-		INCQ(b)
-		MOVQ(b, a.blk)
-		CMPQ(b, addr(Param("nblk")))
-		JL(LabelRef("block"))
-	}
+	a.nextBlock()
 
 	// The values of the last block, alone.
 	{
@@ -224,6 +217,17 @@ func attendAMX() {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// nextBlock emits the end of the block loop: the block counter up by
+// one, and back to "block" while blocks are left.
+func (a *amxFrame) nextBlock() {
+	b := GP64()
+	MOVQ(a.blk, b)
+	INCQ(b)
+	MOVQ(b, a.blk)
+	CMPQ(b, addr(Param("nblk")))
+	JL(LabelRef("block"))
 }
 
 // startPrefetch points the prefetches of block blk's softmax at the keys

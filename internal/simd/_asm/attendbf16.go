@@ -53,14 +53,7 @@ func attendBF16DP() {
 		MOVQ(a.blk, b)
 		phase(b)
 	}
-	{
-		b := GP64()
-		MOVQ(a.blk, b)
-		INCQ(b)
-		MOVQ(b, a.blk)
-		CMPQ(b, addr(Param("nblk")))
-		JL(LabelRef("block"))
-	}
+	a.nextBlock()
 	Label("done")
 	VZEROUPPER()
 	RET()
@@ -87,23 +80,55 @@ func blockBytes(b Register) Register {
 // the half of st of b's parity: for each pair of panels and each group of
 // 8 keys, 16 accumulators through the dp/32 chunks of qb, 16 pairs of
 // columns a chunk.
-func (f dpFrame) logits(b Register) {
+// loop emits a product of block b (a register) over every pair of
+// panels and, inside, every group of its register block, body emitting
+// a group's work, with base the block of the operand named (kb or vb)
+// and st the half of st (or of pb, with pb set) of b's parity. last
+// compares the next group's number (a register) with the number of
+// groups.
+func (f dpFrame) loop(pre, operand string, pb bool, b Register, last func(g Register), body func()) {
 	{
-		k := blockBytes(b)
-		ADDQ(addr(Param("kb").Base()), k)
-		MOVQ(k, f.base)
-		MOVQ(stHalf(b, false), f.st)
+		x := blockBytes(b)
+		ADDQ(addr(Param(operand).Base()), x)
+		MOVQ(x, f.base)
+		MOVQ(stHalf(b, pb), f.st)
 		z := GP64()
 		XORQ(z, z)
 		MOVQ(z, f.pp)
 	}
-	Label("lpp")
+	Label(pre + "pp")
 	{
 		z := GP64()
 		XORQ(z, z)
 		MOVQ(z, f.g)
 	}
-	Label("lgroup")
+	Label(pre + "group")
+	body()
+	{
+		g := GP64()
+		MOVQ(f.g, g)
+		INCQ(g)
+		MOVQ(g, f.g)
+		last(g)
+		JL(LabelRef(pre + "group"))
+	}
+	{
+		pp := GP64()
+		MOVQ(f.pp, pp)
+		INCQ(pp)
+		MOVQ(pp, f.pp)
+		CMPQ(pp, addr(Param("npp")))
+		JL(LabelRef(pre + "pp"))
+	}
+}
+
+func (f dpFrame) logits(b Register) {
+	f.loop("l", "kb", false, b, func(g Register) { CMPQ(g, U8(amxKeys/8)) }, f.logitsGroup)
+}
+
+// logitsGroup emits the logits of one group of 8 keys and a pair of
+// panels.
+func (f dpFrame) logitsGroup() {
 	acc := [8][2]VecVirtual{}
 	for j := range acc {
 		for x := range acc[j] {
@@ -166,19 +191,6 @@ func (f dpFrame) logits(b Register) {
 			VMOVUPS(acc[j][0], Mem{Base: s, Disp: 64 * j})
 			VMOVUPS(acc[j][1], Mem{Base: s, Disp: amxKeys*64 + 64*j})
 		}
-		MOVQ(f.g, g)
-		INCQ(g)
-		MOVQ(g, f.g)
-		CMPQ(g, U8(amxKeys/8))
-		JL(LabelRef("lgroup"))
-	}
-	{
-		pp := GP64()
-		MOVQ(f.pp, pp)
-		INCQ(pp)
-		MOVQ(pp, f.pp)
-		CMPQ(pp, addr(Param("npp")))
-		JL(LabelRef("lpp"))
 	}
 }
 
@@ -186,22 +198,18 @@ func (f dpFrame) logits(b Register) {
 // each pair of panels and each group of 8 columns, 16 accumulators loaded
 // from acc, through the amxKeys/2 pairs of keys of pb, and stored back.
 func (f dpFrame) values(b Register) {
-	{
-		v := blockBytes(b)
-		ADDQ(addr(Param("vb").Base()), v)
-		MOVQ(v, f.base)
-		MOVQ(stHalf(b, true), f.st)
-		z := GP64()
-		XORQ(z, z)
-		MOVQ(z, f.pp)
+	last := func(g Register) {
+		t := GP64()
+		MOVQ(addr(Param("dp")), t)
+		SHRQ(U8(3), t)
+		CMPQ(g, t)
 	}
-	Label("vpp")
-	{
-		z := GP64()
-		XORQ(z, z)
-		MOVQ(z, f.g)
-	}
-	Label("vgroup")
+	f.loop("v", "vb", true, b, last, f.valuesGroup)
+}
+
+// valuesGroup emits the values of one group of 8 columns and a pair of
+// panels.
+func (f dpFrame) valuesGroup() {
 	{
 		a0, a1, p, v, n, t := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
 		// The accumulator's panels 2pp and 2pp+1 (dp lines of 64 bytes
@@ -251,23 +259,5 @@ func (f dpFrame) values(b Register) {
 			VMOVUPS(acc[c][0], Mem{Base: a0, Disp: 64 * c})
 			VMOVUPS(acc[c][1], Mem{Base: a1, Disp: 64 * c})
 		}
-	}
-	{
-		g, t := GP64(), GP64()
-		MOVQ(f.g, g)
-		INCQ(g)
-		MOVQ(g, f.g)
-		MOVQ(addr(Param("dp")), t)
-		SHRQ(U8(3), t)
-		CMPQ(g, t)
-		JL(LabelRef("vgroup"))
-	}
-	{
-		pp := GP64()
-		MOVQ(f.pp, pp)
-		INCQ(pp)
-		MOVQ(pp, f.pp)
-		CMPQ(pp, addr(Param("npp")))
-		JL(LabelRef("vpp"))
 	}
 }
