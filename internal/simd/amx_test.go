@@ -407,43 +407,30 @@ func TestAttendAMXPanics(t *testing.T) {
 		t.Error("AttendAMX without the avx512bf16 or amx kernels did not panic")
 	}
 	active = orig
-	useAMX(t)
-	if call(ok()) {
-		t.Fatal("AttendAMX panicked on good arguments")
-	}
-	for i, mod := range []func(a *args){
-		func(a *args) { a.rows = 0 },
-		func(a *args) { a.rows = AMXRows + 1 },
-		func(a *args) { a.nblk = 2 },
-		func(a *args) { a.d = 33 },
-		func(a *args) { a.qb = a.qb[1:] },
-		func(a *args) { a.pb = a.pb[1:] },
-		func(a *args) { a.lim = a.lim[1:] },
-		func(a *args) { a.acc = a.acc[1:] },
-		func(a *args) { a.c = 0 },
-		func(a *args) { a.c = float32(math.NaN()) },
-		func(a *args) { a.c = float32(math.Inf(1)) },
-	} {
-		a := ok()
-		mod(&a)
-		if !call(a) {
-			t.Errorf("case %d did not panic", i)
+	forEachTiles(t, func(t *testing.T) {
+		if call(ok()) {
+			t.Fatal("AttendAMX panicked on good arguments")
 		}
-	}
-}
-
-// useAMX puts the amx kernels in use for the rest of the test, whatever
-// ATTN_KERNELS chose, or skips the test on a machine without them.
-func useAMX(t testing.TB) {
-	for i := range implementations {
-		if implementations[i].attendAMX != nil {
-			orig := active
-			active = &implementations[i]
-			t.Cleanup(func() { active = orig })
-			return
+		for i, mod := range []func(a *args){
+			func(a *args) { a.rows = 0 },
+			func(a *args) { a.rows = AMXRows + 1 },
+			func(a *args) { a.nblk = 2 },
+			func(a *args) { a.d = 33 },
+			func(a *args) { a.qb = a.qb[1:] },
+			func(a *args) { a.pb = a.pb[1:] },
+			func(a *args) { a.lim = a.lim[1:] },
+			func(a *args) { a.acc = a.acc[1:] },
+			func(a *args) { a.c = 0 },
+			func(a *args) { a.c = float32(math.NaN()) },
+			func(a *args) { a.c = float32(math.Inf(1)) },
+		} {
+			a := ok()
+			mod(&a)
+			if !call(a) {
+				t.Errorf("case %d did not panic", i)
+			}
 		}
-	}
-	t.Skipf("no kernels with AttendAMX on this machine (families %v)", Families())
+	})
 }
 
 // forEachTiles runs f as a subtest (or sub-benchmark) for each family

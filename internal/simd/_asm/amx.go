@@ -693,21 +693,19 @@ func (a *amxFrame) exponentials(b Register) {
 // creditSteps emits, in an iteration of the softmax, the tile steps this
 // iteration's share of credit pays for.
 func (a *amxFrame) creditSteps() {
-	{
-		c := GP64()
-		MOVQ(a.credit, c)
-		ADDQ(a.steps, c)
-		MOVQ(c, a.credit)
-		Label("ecredit")
-		MOVQ(a.credit, c)
-		CMPQ(c, a.iters)
-		JL(LabelRef("epaid"))
-		SUBQ(a.iters, c)
-		MOVQ(c, a.credit)
-		a.step("e")
-		JMP(LabelRef("ecredit"))
-		Label("epaid")
-	}
+	c := GP64()
+	MOVQ(a.credit, c)
+	ADDQ(a.steps, c)
+	MOVQ(c, a.credit)
+	Label("ecredit")
+	MOVQ(a.credit, c)
+	CMPQ(c, a.iters)
+	JL(LabelRef("epaid"))
+	SUBQ(a.iters, c)
+	MOVQ(c, a.credit)
+	a.step("e")
+	JMP(LabelRef("ecredit"))
+	Label("epaid")
 }
 
 // rescale emits the last phase of the softmax of a block, once the tiles
