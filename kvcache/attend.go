@@ -209,6 +209,31 @@ const (
 	i4Block     = 256
 )
 
+// spanBlocks returns the number of blocks of one head's rows a work item
+// of a decode step takes, for blocks a head and heads heads (B·Hkv): about
+// decodeItems items in all, at most maxSpans a head and at least
+// minSpanBlocks blocks an item. That is enough items to keep as many
+// workers busy, and no more, since fewer, longer items make a step faster:
+// each costs a start, a finish and a partial row to merge, and its first
+// block is read without the prefetch that the block before gives each of
+// the others. The rules the steps had before (each head's rows split 16
+// ways, in spans of at most 16 blocks; 4 blocks an item for
+// AttendRanges) were slower with 8 or more heads, and so were items of 1
+// or 2 blocks, or 32 items, with one head (results/2026-12-07, "Sixteenth
+// session"). The items depend on the shape and the rows alone, never on
+// the worker count, so that the rounding of the merge, and the output,
+// do not either.
+func spanBlocks(blocks, heads int) int {
+	perHead := min(maxSpans, max(1, (decodeItems+heads-1)/heads))
+	return max(minSpanBlocks, (blocks+perHead-1)/perHead)
+}
+
+const (
+	decodeItems   = 32
+	maxSpans      = 16
+	minSpanBlocks = 4
+)
+
 // decodeRows returns the rows of a decode block for groups of g query
 // heads.
 func (c *Cache) decodeRows(g int) int {
@@ -243,12 +268,9 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	g := s.Group()
 	procs := runtime.GOMAXPROCS(0)
 	workers := o.WorkerCount(procs, s.B*s.HKV*held)
-	// Spans of rows: enough for many workers to stay busy, few enough
-	// that merging partial results costs nothing next to the reads. They
-	// depend on the held length only, never on the worker count, so
-	// that the rounding of the merge, and the output, do not either.
+	// Spans of rows, whole blocks each (see spanBlocks).
 	blk := c.decodeRows(g)
-	spanLen := min(16*blk, max(blk, (held/16+blk-1)/blk*blk))
+	spanLen := spanBlocks((held+blk-1)/blk, s.B*s.HKV) * blk
 	spans := (held + spanLen - 1) / spanLen
 	items := s.B * s.HKV * spans
 

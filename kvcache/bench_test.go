@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/attnkit/attn"
+	"github.com/attnkit/attn/flash"
 	"github.com/attnkit/attn/ref"
 )
 
@@ -42,6 +43,49 @@ func BenchmarkAttend(b *testing.B) {
 						}
 					}
 					bytes := float64(c.Bytes())
+					b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkAttendRanges times one decode step of a sliding window (H =
+// 32, D = 128, a cache of 65536 positions): the query at the last
+// position attends to 4 sink keys and the last w, through AttendRanges,
+// the step of package sparse's decoders. It reports the bytes of K and V
+// of those rows read per second.
+func BenchmarkAttendRanges(b *testing.B) {
+	const h, d, n, sinks = 32, 128, 65536, 4
+	for _, st := range []string{"f32", "bf16"} {
+		dt, rot, err := ParseStorage(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, hkv := range []int{8, 1} {
+			rng := rand.New(rand.NewPCG(1, 1))
+			c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			kv := ref.Normal(rng, hkv*n*d)
+			if err := c.Append(kv, kv, n); err != nil {
+				b.Fatal(err)
+			}
+			q := ref.Normal(rng, h*d)
+			out := make([]float32, h*d)
+			lse := make([]float32, h)
+			for _, w := range []int{256, 1024, 4096} {
+				b.Run(fmt.Sprintf("%s/hkv%d/window%d", st, hkv, w), func(b *testing.B) {
+					p := n - 1
+					rs := []flash.Range{{Lo: 0, Hi: sinks, Full: true}, {Lo: p - w + 1, Hi: p + 1, Full: true}}
+					ctx := context.Background()
+					for b.Loop() {
+						if err := c.AttendRanges(ctx, h, q, p, rs, nil, attn.Options{}, out, lse); err != nil {
+							b.Fatal(err)
+						}
+					}
+					bytes := float64(c.Bytes()) * float64(sinks+w) / n
 					b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 				})
 			}

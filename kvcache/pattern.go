@@ -108,18 +108,10 @@ func (c *Cache) readRow(dst []float32, values bool, off int) {
 	}
 }
 
-// Range plan constants.
-const (
-	// gatherBelow is the shortest run of rows read in place; shorter runs
-	// are copied into a gathered block, where one kernel call serves up
-	// to decodeBlock of them.
-	gatherBelow = 16
-	// rangeItemBlocks is the number of blocks of one head a work item
-	// takes. Items are cut from the plan alone, never from the worker
-	// count, so the order of every sum, and the result, does not depend
-	// on o.Workers.
-	rangeItemBlocks = 4
-)
+// gatherBelow is the shortest run of rows a range plan reads in place;
+// shorter runs are copied into a gathered block, where one kernel call
+// serves up to decodeBlock of them.
+const gatherBelow = 16
 
 // rangeBlock is up to decodeBlock rows that one pair of kernel calls
 // scores and adds up: n rows read in place from slot on (positions pos
@@ -202,9 +194,10 @@ func (c *Cache) plan(ranges []flash.Range) rangePlan {
 // costs the ranges' rows, not Len. A query that sees no key gets output 0
 // and lse -Inf.
 //
-// The rows are cut into work items by the ranges alone, and the items'
-// partial results merge by log-sum-exp in a fixed order, so the output
-// does not depend on o.Workers. o.Causal is ignored; o.KVLen is not
+// The rows are cut into work items by the ranges and the shape alone,
+// never the worker count, and the items' partial results merge by
+// log-sum-exp in a fixed order, so the output does not depend on
+// o.Workers. o.Causal is ignored; o.KVLen is not
 // supported.
 func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ranges []flash.Range, pat flash.Pattern, o attn.Options, out, lse []float32) error {
 	if c.ev != nil {
@@ -240,7 +233,8 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 		return nil
 	}
 	g := s.Group()
-	spans := (len(pl.blocks) + rangeItemBlocks - 1) / rangeItemBlocks
+	itemBlocks := spanBlocks(len(pl.blocks), s.B*s.HKV)
+	spans := (len(pl.blocks) + itemBlocks - 1) / itemBlocks
 	items := s.B * s.HKV * spans
 	partOut := make([]float32, items*g*s.D)
 	partLSE := make([]float32, items*g)
@@ -272,7 +266,7 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 					dst[i] = x * o.Scale
 				}
 			}
-			blocks := pl.blocks[sp*rangeItemBlocks : min((sp+1)*rangeItemBlocks, len(pl.blocks))]
+			blocks := pl.blocks[sp*itemBlocks : min((sp+1)*itemBlocks, len(pl.blocks))]
 			c.rangeSpan(sc, &pl, blocks, bh, p, pat, partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
 			return nil
 		})
