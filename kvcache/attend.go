@@ -43,6 +43,9 @@ func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o at
 	if lse == nil {
 		lse = make([]float32, s.LSELen())
 	}
+	if nq == 1 {
+		return c.stepOne(ctx, s, q, k, v, o, out, lse)
+	}
 	// The chunk's own part: causal over the new keys (and the window; an
 	// evicting cache's chunk sees itself whole).
 	kn := flash.New(flash.Config{})
@@ -168,6 +171,44 @@ func (c *Cache) options(o attn.Options) attn.Options {
 	o.Scale = o.ScaleFor(c.cfg.D)
 	o.Causal = false
 	return o
+}
+
+// stepOne is Step for one position a sequence: its query sees its own key,
+// always (a window holds at least the newest position, and an evicting
+// cache's chunk sees itself whole), and that one key's part of the
+// attention is its value with lse the scaled logit, merged into the
+// cached part by log-sum-exp. Computed so rather than by the fused kernel
+// as a chunk's is, it costs no kernel call, tiles or partial rows.
+func (c *Cache) stepOne(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
+	d, g := s.D, s.Group()
+	qr := q
+	if c.Held() > 0 || c.ev != nil {
+		qr = c.rotateQ(q)
+	}
+	if c.Held() > 0 {
+		if err := c.attendCached(ctx, s.H, qr, 1, o, out, lse); err != nil {
+			return err
+		}
+		c.unrotate(out)
+	} else {
+		clear(out)
+		for i := range lse {
+			lse[i] = float32(math.Inf(-1))
+		}
+	}
+	for b := range s.B {
+		for h := range s.H {
+			row := b*s.H + h
+			kv := (b*s.HKV + h/g) * d
+			own := o.Scale * simd.Dot(q[row*d:][:d], k[kv:][:d])
+			attn.MergeRow(out[row*d:][:d], &lse[row], v[kv:][:d], own)
+		}
+	}
+	k, v = c.rotateKV(k, v)
+	if c.ev != nil {
+		return c.evictStep(ctx, s.H, qr, k, v, 1, o, lse)
+	}
+	return c.appendRows(k, v, 1)
 }
 
 // attendCached attends the nq new queries (positions Len()…) to the held

@@ -50,6 +50,54 @@ func BenchmarkAttend(b *testing.B) {
 	}
 }
 
+// BenchmarkStep times Step with one position (H = 32, D = 128), a
+// decoder's step: the cached part, the new position's own key, and the
+// append. The cache starts at len positions and grows by one a step, and
+// is filled again every 4096 steps (untimed).
+func BenchmarkStep(b *testing.B) {
+	const h, d, grow = 32, 128, 4096
+	for _, st := range []string{"f32", "bf16"} {
+		dt, rot, err := ParseStorage(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, hkv := range []int{8, 1} {
+			for _, n := range []int{1024, 16384} {
+				b.Run(fmt.Sprintf("%s/hkv%d/len%d", st, hkv, n), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(1, 1))
+					kv := ref.Normal(rng, hkv*n*d)
+					q := ref.Normal(rng, h*d)
+					k1, v1 := ref.Normal(rng, hkv*d), ref.Normal(rng, hkv*d)
+					out := make([]float32, h*d)
+					lse := make([]float32, h)
+					ctx := context.Background()
+					var c *Cache
+					fill := func() {
+						if c, err = New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n + grow}); err != nil {
+							b.Fatal(err)
+						}
+						if err := c.Append(kv, kv, n); err != nil {
+							b.Fatal(err)
+						}
+					}
+					fill()
+					b.ResetTimer()
+					for i := range b.N {
+						if i > 0 && i%grow == 0 {
+							b.StopTimer()
+							fill()
+							b.StartTimer()
+						}
+						if err := c.Step(ctx, h, q, k1, v1, 1, attn.Options{}, out, lse); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkAttendRanges times one decode step of a sliding window (H =
 // 32, D = 128, a cache of 65536 positions): the query at the last
 // position attends to 4 sink keys and the last w, through AttendRanges,

@@ -72,8 +72,9 @@
 // (each K/V row is loaded once for all H/Hkv query heads of its group, and
 // the cached positions are split across goroutines whose partial results
 // merge by log-sum-exp), or by the fused exact kernel of package flash for
-// a chunk; the chunk's own part always by the fused kernel with a causal
-// mask.
+// a chunk; a chunk's own part by the fused kernel with a causal mask, and
+// a single position's own key (its value, weighted by its logit) in the
+// merge.
 //
 // A decode step streams the cache, and small groups (Hkv = 8 of H = 32)
 // are bound by memory: their kernels read 16-bit and int8 rows in place
