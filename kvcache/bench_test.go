@@ -17,23 +17,11 @@ import (
 func BenchmarkAttend(b *testing.B) {
 	const h, d = 32, 128
 	for _, st := range []string{"f32", "bf16", "f16", "i8", "i4", "i4+rot"} {
-		dt, rot, err := ParseStorage(st)
-		if err != nil {
-			b.Fatal(err)
-		}
 		for _, hkv := range []int{8, 1} {
 			for _, n := range []int{1024, 16384, 65536} {
 				b.Run(fmt.Sprintf("%s/hkv%d/len%d", st, hkv, n), func(b *testing.B) {
-					rng := rand.New(rand.NewPCG(1, 1))
-					c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n})
-					if err != nil {
-						b.Fatal(err)
-					}
-					kv := ref.Normal(rng, hkv*n*d)
-					if err := c.Append(kv, kv, n); err != nil {
-						b.Fatal(err)
-					}
-					q := ref.Normal(rng, h*d)
+					c := filledCache(b, st, hkv, d, n, n)
+					q := benchQueries(h * d)
 					out := make([]float32, h*d)
 					lse := make([]float32, h)
 					ctx := context.Background()
@@ -57,35 +45,20 @@ func BenchmarkAttend(b *testing.B) {
 func BenchmarkStep(b *testing.B) {
 	const h, d, grow = 32, 128, 4096
 	for _, st := range []string{"f32", "bf16"} {
-		dt, rot, err := ParseStorage(st)
-		if err != nil {
-			b.Fatal(err)
-		}
 		for _, hkv := range []int{8, 1} {
 			for _, n := range []int{1024, 16384} {
 				b.Run(fmt.Sprintf("%s/hkv%d/len%d", st, hkv, n), func(b *testing.B) {
-					rng := rand.New(rand.NewPCG(1, 1))
-					kv := ref.Normal(rng, hkv*n*d)
-					q := ref.Normal(rng, h*d)
-					k1, v1 := ref.Normal(rng, hkv*d), ref.Normal(rng, hkv*d)
+					q := benchQueries(h * d)
+					k1, v1 := benchQueries(hkv*d), benchQueries(hkv*d)
 					out := make([]float32, h*d)
 					lse := make([]float32, h)
 					ctx := context.Background()
-					var c *Cache
-					fill := func() {
-						if c, err = New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n + grow}); err != nil {
-							b.Fatal(err)
-						}
-						if err := c.Append(kv, kv, n); err != nil {
-							b.Fatal(err)
-						}
-					}
-					fill()
+					c := filledCache(b, st, hkv, d, n, n+grow)
 					b.ResetTimer()
 					for i := range b.N {
 						if i > 0 && i%grow == 0 {
 							b.StopTimer()
-							fill()
+							c = filledCache(b, st, hkv, d, n, n+grow)
 							b.StartTimer()
 						}
 						if err := c.Step(ctx, h, q, k1, v1, 1, attn.Options{}, out, lse); err != nil {
@@ -106,21 +79,9 @@ func BenchmarkStep(b *testing.B) {
 func BenchmarkAttendRanges(b *testing.B) {
 	const h, d, n, sinks = 32, 128, 65536, 4
 	for _, st := range []string{"f32", "bf16"} {
-		dt, rot, err := ParseStorage(st)
-		if err != nil {
-			b.Fatal(err)
-		}
 		for _, hkv := range []int{8, 1} {
-			rng := rand.New(rand.NewPCG(1, 1))
-			c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: n})
-			if err != nil {
-				b.Fatal(err)
-			}
-			kv := ref.Normal(rng, hkv*n*d)
-			if err := c.Append(kv, kv, n); err != nil {
-				b.Fatal(err)
-			}
-			q := ref.Normal(rng, h*d)
+			c := filledCache(b, st, hkv, d, n, n)
+			q := benchQueries(h * d)
 			out := make([]float32, h*d)
 			lse := make([]float32, h)
 			for _, w := range []int{256, 1024, 4096} {
@@ -140,3 +101,27 @@ func BenchmarkAttendRanges(b *testing.B) {
 		}
 	}
 }
+
+// filledCache returns a cache of storage st (see ParseStorage) for hkv
+// heads of size d, with room for capacity positions, holding n positions
+// of random keys and values.
+func filledCache(b *testing.B, st string, hkv, d, n, capacity int) *Cache {
+	b.Helper()
+	dt, rot, err := ParseStorage(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := New(Config{B: 1, HKV: hkv, D: d, DType: dt, Rotate: rot, Capacity: capacity})
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv := ref.Normal(rand.New(rand.NewPCG(1, 1)), hkv*n*d)
+	if err := c.Append(kv, kv, n); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// benchQueries returns n random values for a benchmark's queries (or new
+// keys and values).
+func benchQueries(n int) []float32 { return ref.Normal(rand.New(rand.NewPCG(2, 2)), n) }
