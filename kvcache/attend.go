@@ -43,11 +43,30 @@ func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o at
 	if lse == nil {
 		lse = make([]float32, s.LSELen())
 	}
-	if nq == 1 {
-		return c.stepOne(ctx, s, q, k, v, o, out, lse)
+	// Queries rotated as the stored keys and values are.
+	qr := q
+	if c.Held() > 0 || c.ev != nil {
+		qr = c.rotateQ(q)
 	}
-	// The chunk's own part: causal over the new keys (and the window; an
-	// evicting cache's chunk sees itself whole).
+	attend := c.attendChunk
+	if nq == 1 {
+		attend = c.attendOne
+	}
+	if err := attend(ctx, s, q, qr, k, v, o, out, lse); err != nil {
+		return err
+	}
+	k, v = c.rotateKV(k, v)
+	if c.ev != nil {
+		return c.evictStep(ctx, h, qr, k, v, nq, o, lse)
+	}
+	return c.appendRows(k, v, nq)
+}
+
+// attendChunk is Step's attention for a chunk of new positions (q
+// unrotated, qr rotated): the chunk's own part, causal over the new keys
+// (and the window; an evicting cache's chunk sees itself whole), then the
+// cached part merged in by log-sum-exp, its output rotated back.
+func (c *Cache) attendChunk(ctx context.Context, s attn.Shape, q, qr, k, v []float32, o attn.Options, out, lse []float32) error {
 	kn := flash.New(flash.Config{})
 	selfOpts := o
 	selfOpts.Causal = true
@@ -60,28 +79,47 @@ func (c *Cache) Step(ctx context.Context, h int, q, k, v []float32, nq int, o at
 	if err := kn.ForwardPattern(ctx, s, q, k, v, selfOpts, pat, out, lse); err != nil {
 		return err
 	}
-	// The cached part, merged in by log-sum-exp: queries rotated as the
-	// stored keys and values are, its output rotated back.
-	qr := q
-	if c.Held() > 0 || c.ev != nil {
-		qr = c.rotateQ(q)
+	if c.Held() == 0 {
+		return nil
 	}
+	cOut := make([]float32, len(out))
+	cLSE := make([]float32, len(lse))
+	if err := c.attendCached(ctx, s.H, qr, s.N, o, cOut, cLSE); err != nil {
+		return err
+	}
+	c.unrotate(cOut)
+	return attn.Merge(out, lse, cOut, cLSE, c.cfg.D)
+}
+
+// attendOne is Step's attention for one new position a sequence (q
+// unrotated, qr rotated): its query sees its own key, always (a window
+// holds at least the newest position, and an evicting cache's chunk sees
+// itself whole), and that one key's part of the attention is its value
+// with lse the scaled logit, merged into the cached part by log-sum-exp.
+// Computed so rather than by the fused kernel as a chunk's is, it costs no
+// kernel call, tiles or partial rows.
+func (c *Cache) attendOne(ctx context.Context, s attn.Shape, q, qr, k, v []float32, o attn.Options, out, lse []float32) error {
+	d, g := s.D, s.Group()
 	if c.Held() > 0 {
-		cOut := make([]float32, len(out))
-		cLSE := make([]float32, len(lse))
-		if err := c.attendCached(ctx, h, qr, nq, o, cOut, cLSE); err != nil {
+		if err := c.attendCached(ctx, s.H, qr, 1, o, out, lse); err != nil {
 			return err
 		}
-		c.unrotate(cOut)
-		if err := attn.Merge(out, lse, cOut, cLSE, c.cfg.D); err != nil {
-			return err
+		c.unrotate(out)
+	} else {
+		clear(out)
+		for i := range lse {
+			lse[i] = float32(math.Inf(-1))
 		}
 	}
-	k, v = c.rotateKV(k, v)
-	if c.ev != nil {
-		return c.evictStep(ctx, h, qr, k, v, nq, o, lse)
+	for b := range s.B {
+		for h := range s.H {
+			row := b*s.H + h
+			kv := (b*s.HKV + h/g) * d
+			own := o.Scale * simd.Dot(q[row*d:][:d], k[kv:][:d])
+			attn.MergeRow(out[row*d:][:d], &lse[row], v[kv:][:d], own)
+		}
 	}
-	return c.appendRows(k, v, nq)
+	return nil
 }
 
 // Attend computes attention for queries of the newest positions, already
@@ -171,44 +209,6 @@ func (c *Cache) options(o attn.Options) attn.Options {
 	o.Scale = o.ScaleFor(c.cfg.D)
 	o.Causal = false
 	return o
-}
-
-// stepOne is Step for one position a sequence: its query sees its own key,
-// always (a window holds at least the newest position, and an evicting
-// cache's chunk sees itself whole), and that one key's part of the
-// attention is its value with lse the scaled logit, merged into the
-// cached part by log-sum-exp. Computed so rather than by the fused kernel
-// as a chunk's is, it costs no kernel call, tiles or partial rows.
-func (c *Cache) stepOne(ctx context.Context, s attn.Shape, q, k, v []float32, o attn.Options, out, lse []float32) error {
-	d, g := s.D, s.Group()
-	qr := q
-	if c.Held() > 0 || c.ev != nil {
-		qr = c.rotateQ(q)
-	}
-	if c.Held() > 0 {
-		if err := c.attendCached(ctx, s.H, qr, 1, o, out, lse); err != nil {
-			return err
-		}
-		c.unrotate(out)
-	} else {
-		clear(out)
-		for i := range lse {
-			lse[i] = float32(math.Inf(-1))
-		}
-	}
-	for b := range s.B {
-		for h := range s.H {
-			row := b*s.H + h
-			kv := (b*s.HKV + h/g) * d
-			own := o.Scale * simd.Dot(q[row*d:][:d], k[kv:][:d])
-			attn.MergeRow(out[row*d:][:d], &lse[row], v[kv:][:d], own)
-		}
-	}
-	k, v = c.rotateKV(k, v)
-	if c.ev != nil {
-		return c.evictStep(ctx, s.H, qr, k, v, 1, o, lse)
-	}
-	return c.appendRows(k, v, 1)
 }
 
 // attendCached attends the nq new queries (positions Len()…) to the held

@@ -197,8 +197,7 @@ func (c *Cache) plan(ranges []flash.Range) rangePlan {
 // The rows are cut into work items by the ranges and the shape alone,
 // never the worker count, and the items' partial results merge by
 // log-sum-exp in a fixed order, so the output does not depend on
-// o.Workers. o.Causal is ignored; o.KVLen is not
-// supported.
+// o.Workers. o.Causal is ignored; o.KVLen is not supported.
 func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ranges []flash.Range, pat flash.Pattern, o attn.Options, out, lse []float32) error {
 	if c.ev != nil {
 		return errEvicting("AttendRanges")
