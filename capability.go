@@ -49,8 +49,8 @@ type DecodeConfig struct {
 
 // maxDecodeLen bounds DecodeConfig.MaxLen and Window: far past any context
 // a model here runs, small enough that sizes derived from it cannot
-// overflow.
-const maxDecodeLen = 1 << 32
+// overflow: 2^32, or maxElems where int has 32 bits.
+const maxDecodeLen = min(1<<32, maxElems)
 
 // Validate checks the dimensions and bounds before anything is allocated.
 func (c DecodeConfig) Validate() error {
@@ -66,11 +66,11 @@ func (c DecodeConfig) Validate() error {
 	case c.Window < 0 || c.Sinks < 0 || c.MaxLen < 0:
 		return fmt.Errorf("%w: decode Window = %d, Sinks = %d, MaxLen = %d, want >= 0", ErrInput, c.Window, c.Sinks, c.MaxLen)
 	case c.Window > maxDecodeLen || c.Sinks > maxDecodeLen || c.MaxLen > maxDecodeLen:
-		return fmt.Errorf("%w: decode Window = %d, Sinks = %d, MaxLen = %d: at most 2^32 positions", ErrInput, c.Window, c.Sinks, c.MaxLen)
+		return fmt.Errorf("%w: decode Window = %d, Sinks = %d, MaxLen = %d: at most %d positions", ErrInput, c.Window, c.Sinks, c.MaxLen, maxDecodeLen)
 	case c.Sinks > 0 && c.Window == 0:
 		return fmt.Errorf("%w: decode Sinks = %d needs a Window", ErrInput, c.Sinks)
 	case c.Keep < 0 || c.Keep > maxDecodeLen:
-		return fmt.Errorf("%w: decode Keep = %d, want 0 to 2^32", ErrInput, c.Keep)
+		return fmt.Errorf("%w: decode Keep = %d, want 0 to %d", ErrInput, c.Keep, maxDecodeLen)
 	case c.Evict != "" && c.Evict != "h2o" && c.Evict != "snapkv":
 		return fmt.Errorf("%w: decode eviction policy %q (want h2o or snapkv)", ErrInput, c.Evict)
 	case c.Evict != "" && (c.Window == 0 || c.Keep == 0):

@@ -37,8 +37,10 @@ func (s Shape) KVLen() int { return s.B * s.HKV * s.M * s.D }
 // LSELen is the length of the log-sum-exp output: B·H·N.
 func (s Shape) LSELen() int { return s.B * s.H * s.N }
 
-// maxElems bounds every tensor so that lengths cannot overflow int.
-const maxElems = 1 << 40
+// maxElems bounds every tensor so that lengths, even in bytes of 8-byte
+// elements, cannot overflow int: 2^40 where int has 64 bits, 2^28 where
+// it has 32 (386, arm, wasm32).
+const maxElems = min(1<<40, math.MaxInt>>3)
 
 // Validate reports whether the dimensions are usable: all positive, H a
 // multiple of HKV and no tensor too large to index.
@@ -59,7 +61,7 @@ func (s Shape) Validate() error {
 		return fmt.Errorf("%w: H = %d is not a multiple of Hkv = %d", ErrShape, s.H, s.HKV)
 	}
 	if !fits(maxElems, s.B, s.H, s.N, s.D) || !fits(maxElems, s.B, s.HKV, s.M, s.D) {
-		return fmt.Errorf("%w: %+v has more than 2^40 elements in one tensor", ErrShape, s)
+		return fmt.Errorf("%w: %+v has more than %d elements in one tensor", ErrShape, s, maxElems)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -457,9 +458,11 @@ func TestValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
 	}
-	for _, cfg := range []Config{
-		{Projs: -1}, {Projs: MaxProjs + 1}, {Block: -1, Samples: -1}, {Sampling: 7}, {Block: math.MaxInt32 + 1},
-	} {
+	bad := []Config{{Projs: -1}, {Projs: MaxProjs + 1}, {Block: -1, Samples: -1}, {Sampling: 7}}
+	if strconv.IntSize == 64 { // where int has 32 bits no Block is past int32
+		bad = append(bad, Config{Block: min(math.MaxInt32+1, math.MaxInt)})
+	}
+	for _, cfg := range bad {
 		if _, err := New(cfg); !errors.Is(err, attn.ErrInput) {
 			t.Errorf("New(%+v): got %v, want ErrInput", cfg, err)
 		}

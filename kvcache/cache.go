@@ -3,6 +3,7 @@ package kvcache
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"unsafe"
 
@@ -212,8 +213,8 @@ func New(cfg Config) (*Cache, error) {
 	// asked for: a windowed cache's whole ring, or the first Capacity
 	// rows, must fit in maxBytes.
 	if !fitsBytes(2*c.cfg.DType.Size(), cfg.B, cfg.HKV, c.cap, c.stride) {
-		return nil, fmt.Errorf("%w: kvcache of B = %d, Hkv = %d, D = %d and %d positions allocated at once needs more than 2^40 bytes",
-			attn.ErrInput, cfg.B, cfg.HKV, cfg.D, c.cap)
+		return nil, fmt.Errorf("%w: kvcache of B = %d, Hkv = %d, D = %d and %d positions allocated at once needs more than %d bytes",
+			attn.ErrInput, cfg.B, cfg.HKV, cfg.D, c.cap, maxBytes)
 	}
 	if cfg.Rotate {
 		c.rot = lowbit.NewRotation(cfg.D)
@@ -227,8 +228,8 @@ func New(cfg Config) (*Cache, error) {
 
 // maxBytes bounds the memory a cache may ask for: far beyond any machine
 // this runs on, small enough that products of sizes below it cannot
-// overflow an int.
-const maxBytes = 1 << 40
+// overflow an int (2^40 bytes, or the largest int where int has 32 bits).
+const maxBytes = min(1<<40, math.MaxInt)
 
 // fitsBytes reports whether the product of xs is at most maxBytes,
 // without overflow.
@@ -442,7 +443,7 @@ func (c *Cache) appendRows(k, v []float32, n int) error {
 			rows = min(rows, c.cfg.MaxLen)
 		}
 		if !fitsBytes(2*c.cfg.DType.Size(), c.cfg.B, c.cfg.HKV, rows, c.stride) {
-			return fmt.Errorf("%w: %d + %d positions would need more than 2^40 bytes", ErrFull, c.n, n)
+			return fmt.Errorf("%w: %d + %d positions would need more than %d bytes", ErrFull, c.n, n, maxBytes)
 		}
 		c.alloc(rows)
 	}

@@ -3,6 +3,7 @@ package kvcache
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -326,11 +327,11 @@ func TestAttendShapes(t *testing.T) {
 // out of memory.
 func TestNewHugeSizes(t *testing.T) {
 	for _, cfg := range []Config{
-		{B: 1, HKV: 1, D: 64, Capacity: 1 << 40},
-		{B: 1, HKV: 1, D: 64, Window: 1 << 40},
-		{B: 1, HKV: 1, D: 64, Window: 1 << 20, Sinks: 1 << 40},
+		{B: 1, HKV: 1, D: 64, Capacity: min(1<<40, math.MaxInt)},
+		{B: 1, HKV: 1, D: 64, Window: min(1<<40, math.MaxInt)},
+		{B: 1, HKV: 1, D: 64, Window: 1 << 20, Sinks: min(1<<40, math.MaxInt)},
 		{B: 1 << 30, HKV: 1 << 30, D: 64},
-		{B: 1, HKV: 1, D: 1 << 50},
+		{B: 1, HKV: 1, D: min(1<<50, math.MaxInt)},
 	} {
 		if _, err := New(cfg); !errors.Is(err, attn.ErrInput) && !errors.Is(err, attn.ErrShape) {
 			t.Errorf("New(%+v): err = %v, want ErrInput or ErrShape", cfg, err)

@@ -122,7 +122,7 @@ func TestDecoderErrors(t *testing.T) {
 		{B: 1, H: 3, HKV: 2, D: 8},
 		{B: 1, H: 1, HKV: 1, D: 8, Storage: "f8"},
 		{B: 1, H: 1, HKV: 1, D: 8, Sinks: 2},
-		{B: 1, H: 1, HKV: 1, D: 8, Window: 1 << 40},
+		{B: 1, H: 1, HKV: 1, D: 8, Window: min(1<<40, math.MaxInt)},
 	} {
 		if _, err := NewDecoder(cfg); err == nil {
 			t.Errorf("NewDecoder(%+v) = nil error", cfg)

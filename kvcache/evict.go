@@ -196,7 +196,7 @@ func (c *Cache) evictAppend(k, v []float32, n int, scores []float64) error {
 			rows *= 2
 		}
 		if !fitsBytes(2*c.cfg.DType.Size(), c.cfg.B, c.cfg.HKV, rows, c.stride) {
-			return fmt.Errorf("%w: %d + %d positions would need more than 2^40 bytes", ErrFull, c.n, n)
+			return fmt.Errorf("%w: %d + %d positions would need more than %d bytes", ErrFull, c.n, n, maxBytes)
 		}
 		c.alloc(rows)
 	}

@@ -403,7 +403,7 @@ func TestEvictErrors(t *testing.T) {
 		{Keep: 4, Window: 4},    // Keep without a policy
 		{Evict: SnapKV + 1, Window: 4, Keep: 1},
 		{Evict: H2O, Window: 4, Keep: -1},
-		{Evict: H2O, Window: 4, Keep: 1 << 50},
+		{Evict: H2O, Window: 4, Keep: min(1<<50, math.MaxInt)},
 	} {
 		cfg.B, cfg.HKV, cfg.D = 1, 1, 4
 		if _, err := New(cfg); !errors.Is(err, attn.ErrInput) {

@@ -545,7 +545,7 @@ func TestI4Bytes(t *testing.T) {
 		by[dt] = c.Bytes()
 	}
 	t.Logf("bytes at 65536 positions, Hkv = 8, D = 128: f32 %d, i8 %d, i4 %d", by[F32], by[I8], by[I4])
-	if by[I4] >= by[I8]*65/100 || by[I4] >= by[F32]/6 {
+	if float64(by[I4]) >= 0.65*float64(by[I8]) || by[I4] >= by[F32]/6 { // float64: by[I8]·65 overflows a 32-bit int
 		t.Errorf("I4 Bytes %d, I8 %d, F32 %d", by[I4], by[I8], by[F32])
 	}
 	// Codes, scales and zeros, and the residual.

@@ -125,8 +125,8 @@ func (a *Attention) BackwardSkipped(ctx context.Context, s attn.Shape, q, k, v, 
 		np: pad(s.N) + simd.Panel, mp: pad(s.M) + simd.Panel,
 	}
 	if n, ok := g.pairFloats(); !ok || n > MaxStateBytes/4 {
-		return nil, fmt.Errorf("%w: linear: the backward operands of one kv head (%d query heads × %d positions, %d keys, %d features, head size %d) need more than MaxStateBytes = 2^34 bytes",
-			attn.ErrShape, s.Group(), s.N, s.M, nf, s.D)
+		return nil, fmt.Errorf("%w: linear: the backward operands of one kv head (%d query heads × %d positions, %d keys, %d features, head size %d) need more than MaxStateBytes = %d bytes",
+			attn.ErrShape, s.Group(), s.N, s.M, nf, s.D, MaxStateBytes)
 	}
 	pairs := s.B * s.HKV
 	g.pairs = make([]gradPair, pairs)

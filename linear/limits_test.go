@@ -3,6 +3,7 @@ package linear
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/attnkit/attn"
@@ -16,8 +17,8 @@ func TestHugeSizes(t *testing.T) {
 		for _, c := range [][4]int{ // B, H, Hkv, D
 			{1 << 20, 1 << 10, 1 << 10, 1 << 10},
 			{1 << 30, 1, 1, 1 << 10},
-			{1, 1, 1, 1 << 40},
-			{1, 1 << 40, 1, 1},
+			{1, 1, 1, min(1<<40, math.MaxInt)},
+			{1, min(1<<40, math.MaxInt), 1, 1},
 			{1 << 13, 1 << 13, 1 << 13, 1 << 14},
 		} {
 			st, err := a.NewState(c[0], c[1], c[2], c[3], 0)

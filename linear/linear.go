@@ -109,7 +109,9 @@ func (a *Attention) Forward(ctx context.Context, s attn.Shape, q, k, v []float32
 // from a corrupt configuration fail with an error instead of exhausting
 // memory: B, H and D may each be near 2^40 for attn.Shape, and their
 // product with the features would not even fit an int.
-const MaxStateBytes = 1 << 34
+//
+// It is 2^34, or the largest int where int has 32 bits.
+const MaxStateBytes = min(1<<34, math.MaxInt)
 
 // checkSize returns an error when a State of prefixes (batch rows × kv
 // heads, 0 for Forward) with the scratch of one worker for head size d,
@@ -117,8 +119,8 @@ const MaxStateBytes = 1 << 34
 func (a *Attention) checkSize(d, f, g, prefixes int) error {
 	n, ok := a.stateFloats(d, f, g, prefixes)
 	if !ok || n > MaxStateBytes/4 {
-		return fmt.Errorf("%w: linear: %d prefixes of %d features × head size %d with %d heads a group need more than MaxStateBytes = 2^34 bytes",
-			attn.ErrShape, prefixes, f, d, g)
+		return fmt.Errorf("%w: linear: %d prefixes of %d features × head size %d with %d heads a group need more than MaxStateBytes = %d bytes",
+			attn.ErrShape, prefixes, f, d, g, MaxStateBytes)
 	}
 	return nil
 }

@@ -104,7 +104,7 @@ const (
 	maxWidth  = 1 << 20
 	maxLayers = 1 << 12
 	maxVocab  = 1 << 24
-	maxParams = 1 << 36
+	maxParams = min(1<<36, math.MaxInt>>2) // 2^29 where int has 32 bits
 	maxWindow = 1 << 30
 )
 
@@ -177,21 +177,22 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: NormEps = %v, want a finite value > 0", ErrFormat, c.NormEps)
 	}
 	if n := c.params(); n > maxParams {
-		return fmt.Errorf("%w: %d parameters, more than this package allows (2^36)", ErrFormat, n)
+		return fmt.Errorf("%w: %d parameters, more than this package allows (%d)", ErrFormat, n, maxParams)
 	}
 	return nil
 }
 
 // params counts the weights of a valid config (with defaults).
-func (c Config) params() int {
-	kv := c.KVHeads * c.HeadDim()
-	perLayer := 2*c.Dim + 2*c.Dim*c.Dim + 2*kv*c.Dim + 3*c.Dim*c.Hidden
+func (c Config) params() int64 {
+	// In int64, so that the bounds are checked where int has 32 bits too.
+	dim, kv := int64(c.Dim), int64(c.KVHeads)*int64(c.HeadDim())
+	perLayer := 2*dim + 2*dim*dim + 2*kv*dim + 3*dim*int64(c.Hidden)
 	if c.QKVBias {
-		perLayer += c.Dim + 2*kv
+		perLayer += dim + 2*kv
 	}
-	n := c.Vocab*c.Dim + c.Layers*perLayer + c.Dim
+	n := int64(c.Vocab)*dim + int64(c.Layers)*perLayer + dim
 	if !c.TiedOutput {
-		n += c.Vocab * c.Dim
+		n += int64(c.Vocab) * dim
 	}
 	return n
 }
@@ -431,7 +432,7 @@ func nonFiniteIn(d []float32) int {
 }
 
 // Params returns the number of weights.
-func (w *Weights) Params() int { return w.Config.WithDefaults().params() }
+func (w *Weights) Params() int { return int(w.Config.WithDefaults().params()) }
 
 // output returns the output layer's matrix.
 func (w *Weights) output() []float32 {

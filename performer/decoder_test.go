@@ -285,7 +285,7 @@ func TestDecoderErrors(t *testing.T) {
 			t.Errorf("NewDecoder(%+v): %v, want %v", c.cfg, err, c.want)
 		}
 	}
-	for _, c := range [][4]int{{1 << 20, 1 << 10, 1 << 10, 1 << 10}, {1, 1, 1, 1 << 40}, {1 << 30, 8, 8, 128}} {
+	for _, c := range [][4]int{{1 << 20, 1 << 10, 1 << 10, 1 << 10}, {1, 1, 1, min(1<<40, math.MaxInt)}, {1 << 30, 8, 8, 128}} {
 		if st, err := p.NewState(c[0], c[1], c[2], c[3], 0); !errors.Is(err, attn.ErrShape) || st != nil {
 			t.Errorf("NewState(%v): %v", c, err)
 		}

@@ -3,6 +3,7 @@ package quest
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -22,7 +23,7 @@ const (
 // overflows.
 const (
 	MaxPage   = 1 << 16
-	MaxTokens = 1 << 40
+	MaxTokens = min(1<<40, math.MaxInt>>3) // 2^28 where int has 32 bits
 )
 
 // Group says how the query heads of a GQA group share the pages they

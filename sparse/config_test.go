@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -18,7 +19,7 @@ func TestConfigErrors(t *testing.T) {
 		"window left -1":       func() (*Attention, error) { return NewWindow(WindowConfig{Left: -1}) },
 		"window right -3":      func() (*Attention, error) { return NewWindow(WindowConfig{Left: 4, Right: -3}) },
 		"window dilation -2":   func() (*Attention, error) { return NewWindow(WindowConfig{Dilation: -2}) },
-		"window left huge":     func() (*Attention, error) { return NewWindow(WindowConfig{Left: 1 << 50}) },
+		"window left huge":     func() (*Attention, error) { return NewWindow(WindowConfig{Left: min(1<<50, math.MaxInt)}) },
 		"strided stride -1":    func() (*Attention, error) { return NewStrided(StridedConfig{Stride: -1}) },
 		"strided mode":         func() (*Attention, error) { return NewStrided(StridedConfig{Mode: "dilated"}) },
 		"strided summary":      func() (*Attention, error) { return NewStrided(StridedConfig{Stride: 8, Summary: 3}) },

@@ -14,8 +14,8 @@ import (
 // maxExtent bounds window extents, strides and block sizes so that
 // position arithmetic cannot overflow; it is far beyond any length a
 // tensor in this module can have (attn.Shape caps tensors at 2^40
-// elements).
-const maxExtent = 1 << 40
+// elements, 2^28 where int has 32 bits, where this is 2^29).
+const maxExtent = min(1<<40, math.MaxInt>>2)
 
 // Attention is one sparse attention mechanism: a pattern of visible
 // (query, key) pairs, intersected with the causal and padding masks of
@@ -403,7 +403,7 @@ func putFloats(ps ...*[]float32) {
 // validate checks an integer setting of a config.
 func validate(mech, name string, v, lo int) error {
 	if v < lo || v > maxExtent {
-		return fmt.Errorf("%w: sparse.%s: %s = %d is outside [%d, 2^40]", attn.ErrInput, mech, name, v, lo)
+		return fmt.Errorf("%w: sparse.%s: %s = %d is outside [%d, %d]", attn.ErrInput, mech, name, v, lo, maxExtent)
 	}
 	return nil
 }

@@ -28,8 +28,9 @@ const (
 //
 // Intersected with the causal mask these are the paper's causal patterns
 // (A⁽¹⁾ ∪ A⁽²⁾, with A⁽¹⁾ = {max(0, p-l), …, p} for strided); without it,
-// their two-sided versions. Stride must be in [1, 2^40] and Summary in
-// [0, Stride]; Summary is used in fixed mode only.
+// their two-sided versions. Stride must be in [1, 2^40] (2^29 where int
+// has 32 bits) and Summary in [0, Stride]; Summary is used in fixed mode
+// only.
 //
 // KeyRanges is a plain cover: in strided mode one masked range over all
 // keys besides the band, in fixed mode one range per block's summary

@@ -10,7 +10,7 @@ import (
 // Window is the sliding-window pattern: the query at position p sees key j
 // when p-Left <= j <= p+Right and p-j is a multiple of Dilation (0 or 1:
 // every key). Under a causal mask Right has no effect. Left and Right must
-// be in [0, 2^40] and Dilation in [0, 2^40].
+// be in [0, 2^40] and Dilation in [0, 2^40] (2^29 where int has 32 bits).
 //
 // Its KeyRanges returns, per query tile, the band's union as masked ranges
 // and the keys every query of the tile sees as one Full range, so the

@@ -155,7 +155,7 @@ func (f *File) TensorNPY(name string) (*tensorio.Tensor, error) {
 	}
 	shape := make([]int, len(t.Dims))
 	for i, d := range t.Dims {
-		shape[len(shape)-1-i] = int(d) // at most 2^40
+		shape[len(shape)-1-i] = int(d) // at most maxElements
 	}
 	return &tensorio.Tensor{Shape: shape, Data: data, DType: tensorio.F32}, nil
 }

@@ -23,11 +23,11 @@ const DefaultAlignment = 32
 
 // Limits on what a header may describe; anything larger is malformed.
 const (
-	maxDims       = 4       // GGML_MAX_DIMS
-	maxDepth      = 3       // arrays of arrays of arrays
-	maxKeyLen     = 1 << 16 // bytes in a metadata key
-	maxNameLen    = 63      // bytes in a tensor name: ggml's GGML_MAX_NAME less its NUL
-	maxElements   = 1 << 40 // values in one tensor
+	maxDims       = 4                          // GGML_MAX_DIMS
+	maxDepth      = 3                          // arrays of arrays of arrays
+	maxKeyLen     = 1 << 16                    // bytes in a metadata key
+	maxNameLen    = 63                         // bytes in a tensor name: ggml's GGML_MAX_NAME less its NUL
+	maxElements   = min(1<<40, math.MaxInt>>3) // values in one tensor: 2^40, or 2^28 where int has 32 bits
 	maxAlignment  = 1 << 20
 	decodeChunkKB = 4 << 10 // tensor data is read and decoded 4 MiB at a time
 )
@@ -158,7 +158,7 @@ func Read(r io.ReaderAt, size int64) (*File, error) {
 		for j := range t.Dims {
 			t.Dims[j] = d.u64()
 			if t.Dims[j] > maxElements || (t.Dims[j] != 0 && n > maxElements/t.Dims[j]) {
-				return nil, fmt.Errorf("%w: tensor %q has more than 2^40 values", ErrFormat, t.Name)
+				return nil, fmt.Errorf("%w: tensor %q has more than %d values", ErrFormat, t.Name, uint64(maxElements))
 			}
 			n *= t.Dims[j]
 		}
@@ -205,7 +205,7 @@ func (f *File) checkExtents() error {
 			return fmt.Errorf("%w: tensor %q of type %v has rows of %d values, not a multiple of %d",
 				ErrFormat, t.Name, t.Type, t.Dims[0], l.vals)
 		}
-		// Elems is at most 2^40 and bytes/vals at most 8, so this cannot
+		// Elems is at most maxElements and bytes/vals at most 8, so this cannot
 		// overflow.
 		n := t.Elems() / uint64(l.vals) * uint64(l.bytes)
 		if t.Offset > data || n > data-t.Offset {

@@ -141,7 +141,7 @@ func tensorBytes(t Tensor) (uint64, error) {
 	var elems uint64 = 1
 	for _, d := range t.Dims {
 		if d != 0 && elems > maxElements/d {
-			return 0, fmt.Errorf("%w: gguf: tensor %q has more than 2^40 values", attn.ErrInput, t.Name)
+			return 0, fmt.Errorf("%w: gguf: tensor %q has more than %d values", attn.ErrInput, t.Name, uint64(maxElements))
 		}
 		elems *= d
 	}
