@@ -267,7 +267,12 @@ func exactGrad(s attn.Shape, q, k, v, out, lse, dout []float32, o attn.Options, 
 		delta := simd.Dot(gi, out[row*d:][:d])
 		for j := range end {
 			kj, vj := k[kv+j*d:][:d], v[kv+j*d:][:d]
-			pj := float32(math.Exp(float64(scale*simd.Dot(qi, kj) - lse[row])))
+			// The logit rounded to float32 before the subtraction, as
+			// repairUnderflow stored it: a compiler that fuses x*y-z (on
+			// arm64, ppc64le, riscv64, s390x) would skip that rounding,
+			// whose ulp at the logits of these rows (near -1600) moves P
+			// by 1e-4 and dq, a sum that cancels, by 1e-3.
+			pj := float32(math.Exp(float64(float32(scale*simd.Dot(qi, kj)) - lse[row])))
 			ds := pj * (simd.Dot(gi, vj) - delta) * scale
 			simd.Axpy(ds, kj, dqi)
 			simd.Axpy(ds, qi, dk[kv+j*d:][:d])
