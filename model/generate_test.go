@@ -216,8 +216,11 @@ func TestDecodedPerplexity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reference's NLL comes from logSoftmax in float64 and the whole
+	// pass's from nllOf, within about 1e-6 nats a position of it (the
+	// same logits, but a float32 sum of float32 exponentials).
 	if dec.Tokens != whole.Tokens || dec.Windows != whole.Windows || math.Abs(dec.NLL-whole.NLL) > 1e-5*whole.NLL ||
-		math.Abs(dec.RefNLL-whole.NLL) > 1e-9*whole.NLL || !(dec.KL >= 0 && dec.KL < 1e-6*float64(dec.Tokens)) {
+		math.Abs(dec.RefNLL-whole.NLL) > 1e-6*float64(whole.Tokens) || !(dec.KL >= 0 && dec.KL < 1e-6*float64(dec.Tokens)) {
 		t.Errorf("decoded: %d tokens %d windows NLL %v reference %v KL %v; whole windows: %d tokens %d windows NLL %v",
 			dec.Tokens, dec.Windows, dec.NLL, dec.RefNLL, dec.KL, whole.Tokens, whole.Windows, whole.NLL)
 	}
