@@ -10,9 +10,10 @@ import (
 	"github.com/attnkit/attn/internal/simd"
 )
 
-// allFamilies lists every kernel family of package simd, least capable
-// first; simd.Families says which this machine runs.
-var allFamilies = []string{"generic", "avx2", "avx512", "avx512bf16", "amx"}
+// allFamilies lists every kernel family of package simd: the Go one,
+// arm64's, then amd64's least capable first; simd.Families says which
+// this machine runs.
+var allFamilies = []string{"generic", "neon", "avx2", "avx512", "avx512bf16", "amx"}
 
 // ForEachFamily runs f as a subtest named after each kernel family this
 // CPU and build can run (simd.Families), with that family in use, and
