@@ -39,7 +39,7 @@ func (s Shape) LSELen() int { return s.B * s.H * s.N }
 
 // maxElems bounds every tensor so that lengths, even in bytes of 8-byte
 // elements, cannot overflow int: 2^40 where int has 64 bits, 2^28 where
-// it has 32 (386, arm, wasm32).
+// it has 32 (386, arm, mips).
 const maxElems = min(1<<40, math.MaxInt>>3)
 
 // Validate reports whether the dimensions are usable: all positive, H a
