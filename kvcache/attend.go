@@ -344,14 +344,7 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 				sc.fused.span(c, q[(b*s.H+kvh*g)*s.D:][:g*s.D], o.Scale, bh, lo, hi, po, pl)
 				return nil
 			}
-			// Gather and scale the group's queries.
-			for r := range g {
-				src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
-				dst := sc.q[r*c.stride:][:s.D]
-				for i, x := range src {
-					dst[i] = x * o.Scale
-				}
-			}
+			sc.setQueries(q[(b*s.H+kvh*g)*s.D:][:g*s.D], s.D, o.Scale)
 			c.decodeSpan(sc, bh, lo, hi, p, inclusive, po, pl)
 			return nil
 		})
@@ -429,6 +422,17 @@ type decodeScratch struct {
 	// through the fused attention kernel.
 	fused *fusedDecode
 	q4    *i4Scratch // for I4 blocks, made on first use
+}
+
+// setQueries copies the group's queries, len(q)/d rows of d values, into
+// sc.q (rows sc.stride apart), scaled.
+func (sc *decodeScratch) setQueries(q []float32, d int, scale float32) {
+	for r := range len(q) / d {
+		dst := sc.q[r*sc.stride:][:d]
+		for i, x := range q[r*d:][:d] {
+			dst[i] = x * scale
+		}
+	}
 }
 
 // start resets the running maxima, sums and accumulators for a span.

@@ -258,13 +258,7 @@ func (c *Cache) AttendRanges(ctx context.Context, h int, q []float32, p int, ran
 		func(sc *rangeScratch, it int) error {
 			bh, sp := it/spans, it%spans
 			b, kvh := bh/s.HKV, bh%s.HKV
-			for r := range g {
-				src := q[(b*s.H+kvh*g+r)*s.D:][:s.D]
-				dst := sc.dec.q[r*c.stride:][:s.D]
-				for i, x := range src {
-					dst[i] = x * o.Scale
-				}
-			}
+			sc.dec.setQueries(q[(b*s.H+kvh*g)*s.D:][:g*s.D], s.D, o.Scale)
 			blocks := pl.blocks[sp*itemBlocks : min((sp+1)*itemBlocks, len(pl.blocks))]
 			c.rangeSpan(sc, &pl, blocks, bh, p, pat, partOut[it*g*s.D:][:g*s.D], partLSE[it*g:][:g])
 			return nil
