@@ -49,8 +49,8 @@ type DecodeConfig struct {
 
 // maxDecodeLen bounds DecodeConfig.MaxLen and Window: far past any context
 // a model here runs, small enough that sizes derived from it cannot
-// overflow: 2^32, or maxElems where int has 32 bits.
-const maxDecodeLen = min(1<<32, maxElems)
+// overflow: 2^32, or MaxElems where int has 32 bits.
+const maxDecodeLen = min(1<<32, MaxElems)
 
 // Validate checks the dimensions and bounds before anything is allocated.
 func (c DecodeConfig) Validate() error {

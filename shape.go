@@ -37,10 +37,11 @@ func (s Shape) KVLen() int { return s.B * s.HKV * s.M * s.D }
 // LSELen is the length of the log-sum-exp output: B·H·N.
 func (s Shape) LSELen() int { return s.B * s.H * s.N }
 
-// maxElems bounds every tensor so that lengths, even in bytes of 8-byte
+// MaxElems bounds the elements of every tensor (Shape.Validate), and the
+// packages' token counts with it, so that lengths, even in bytes of 8-byte
 // elements, cannot overflow int: 2^40 where int has 64 bits, 2^28 where
 // it has 32 (386, arm, mips).
-const maxElems = min(1<<40, math.MaxInt>>3)
+const MaxElems = min(1<<40, math.MaxInt>>3)
 
 // Validate reports whether the dimensions are usable: all positive, H a
 // multiple of HKV and no tensor too large to index.
@@ -53,15 +54,15 @@ func (s Shape) Validate() error {
 		if d.v <= 0 {
 			return fmt.Errorf("%w: %s = %d, want > 0", ErrShape, d.name, d.v)
 		}
-		if d.v > maxElems {
+		if d.v > MaxElems {
 			return fmt.Errorf("%w: %s = %d is too large", ErrShape, d.name, d.v)
 		}
 	}
 	if s.H%s.HKV != 0 {
 		return fmt.Errorf("%w: H = %d is not a multiple of Hkv = %d", ErrShape, s.H, s.HKV)
 	}
-	if !fits(maxElems, s.B, s.H, s.N, s.D) || !fits(maxElems, s.B, s.HKV, s.M, s.D) {
-		return fmt.Errorf("%w: %+v has more than %d elements in one tensor", ErrShape, s, maxElems)
+	if !fits(MaxElems, s.B, s.H, s.N, s.D) || !fits(MaxElems, s.B, s.HKV, s.M, s.D) {
+		return fmt.Errorf("%w: %+v has more than %d elements in one tensor", ErrShape, s, MaxElems)
 	}
 	return nil
 }

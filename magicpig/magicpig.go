@@ -3,7 +3,6 @@ package magicpig
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -25,7 +24,7 @@ const (
 	MaxBits   = 16
 	MaxTables = 1024
 	MaxLists  = 1 << 20
-	MaxTokens = min(1<<40, math.MaxInt>>3) // 2^28 where int has 32 bits
+	MaxTokens = attn.MaxElems
 )
 
 // Config holds MagicPIG's parameters. The zero value is the defaults.

@@ -3,7 +3,6 @@ package quest
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/attnkit/attn"
 	"github.com/attnkit/attn/flash"
@@ -23,7 +22,7 @@ const (
 // overflows.
 const (
 	MaxPage   = 1 << 16
-	MaxTokens = min(1<<40, math.MaxInt>>3) // 2^28 where int has 32 bits
+	MaxTokens = attn.MaxElems
 )
 
 // Group says how the query heads of a GQA group share the pages they

@@ -16,9 +16,8 @@ import (
 )
 
 // maxLen bounds lengths given in tokens: far past any context, small
-// enough that the packages' size arithmetic cannot overflow (2^40, 2^28
-// where int has 32 bits).
-const maxLen = min(1<<40, math.MaxInt>>3)
+// enough that the packages' size arithmetic cannot overflow.
+const maxLen = attn.MaxElems
 
 // windowParams are the left and right sides of window and longformer.
 func windowParams() []Param {

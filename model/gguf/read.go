@@ -23,11 +23,11 @@ const DefaultAlignment = 32
 
 // Limits on what a header may describe; anything larger is malformed.
 const (
-	maxDims       = 4                          // GGML_MAX_DIMS
-	maxDepth      = 3                          // arrays of arrays of arrays
-	maxKeyLen     = 1 << 16                    // bytes in a metadata key
-	maxNameLen    = 63                         // bytes in a tensor name: ggml's GGML_MAX_NAME less its NUL
-	maxElements   = min(1<<40, math.MaxInt>>3) // values in one tensor: 2^40, or 2^28 where int has 32 bits
+	maxDims       = 4             // GGML_MAX_DIMS
+	maxDepth      = 3             // arrays of arrays of arrays
+	maxKeyLen     = 1 << 16       // bytes in a metadata key
+	maxNameLen    = 63            // bytes in a tensor name: ggml's GGML_MAX_NAME less its NUL
+	maxElements   = attn.MaxElems // values in one tensor
 	maxAlignment  = 1 << 20
 	decodeChunkKB = 4 << 10 // tensor data is read and decoded 4 MiB at a time
 )
