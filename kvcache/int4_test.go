@@ -347,13 +347,22 @@ func TestStoredOtherTypes(t *testing.T) {
 }
 
 // i4Tol bounds the relative error of I4 attention against the float64
-// reference on the tests' Gaussian inputs. A group of 64 Gaussian values
-// spans about ±2.4σ, a step of 0.32σ, so a stored value is off by about
-// 0.09σ rms (uniform rounding): 9% of each value, which the output
-// shows diluted by averaging over keys, and the logits as an error of
-// about 0.09 each: together about 0.13. Measured on these shapes: at
-// most 0.17 over 40 runs of 10 seeds.
-const i4Tol = 0.25
+// reference on the tests' Gaussian inputs, over all the single-token
+// steps together (a chunk's own keys are not quantised, so the prefill
+// says little). A group of 64 Gaussian values spans about ±2.4σ, a step
+// of 0.32σ, so a stored value is off by about 0.09σ rms (uniform
+// rounding): 9% of each value, which the output shows diluted by
+// averaging over keys, and the logits as an error of about 0.09 each:
+// together about 0.13. Measured: 0.123 median, 0.139 at most over 1000
+// runs of these shapes.
+const i4Tol = 0.16
+
+// i4StepTol bounds one step's error (out or lse), which is heavy-tailed:
+// a head that attends to a few keys, whose logits the rounding moves,
+// can be off by 0.4 while the others are near 0.13. Measured: 0.24 at
+// most over 1000 runs of 100 steps; a missing scale or zero would show
+// as an error of order 1.
+const i4StepTol = 0.4
 
 // TestI4Accuracy decodes Gaussian inputs from I4 caches, with and
 // without rotation, against the float64 reference on the original
@@ -370,6 +379,7 @@ func TestI4Accuracy(t *testing.T) {
 			}
 			c, _ := New(cfg)
 			t0, worst := 0, 0.0
+			var diff, norm float64 // over the single-token steps
 			for _, n := range chunks {
 				t1 := t0 + n
 				out := make([]float32, 8*n*64)
@@ -385,11 +395,21 @@ func TestI4Accuracy(t *testing.T) {
 					t.Fatal(err)
 				}
 				worst = max(worst, e, le)
+				if n == 1 {
+					for i, w := range wantOut {
+						diff += (float64(out[i]) - w) * (float64(out[i]) - w)
+						norm += w * w
+					}
+				}
 				t0 = t1
 			}
-			t.Logf("%+v: worst relative error %.3g", cfg, worst)
-			if worst > i4Tol {
-				t.Errorf("%+v: relative error %.3g > %.3g", cfg, worst, i4Tol)
+			e := math.Sqrt(diff / norm)
+			t.Logf("%+v: relative error %.3g over the steps, %.3g at worst", cfg, e, worst)
+			if e > i4Tol {
+				t.Errorf("%+v: relative error %.3g over the steps > %.3g", cfg, e, i4Tol)
+			}
+			if worst > i4StepTol {
+				t.Errorf("%+v: relative error %.3g in one step > %.3g", cfg, worst, i4StepTol)
 			}
 		}
 	}
