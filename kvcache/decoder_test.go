@@ -235,21 +235,23 @@ func TestDecoderAppend(t *testing.T) {
 // queries and probabilities are rounded to bfloat16 too, 2^-9 a term,
 // which averages down over the keys to a few parts in a thousand. With
 // the CPU's int4 arithmetic (simd.NativeU4) I4 queries are rounded to
-// int8 as well, up to 1/254 of the row's largest value a term: the
-// scores move by about 0.3% of their spread, which the tests' outputs
-// show as errors of up to 2% (measured 0.019 at most); a missing scale
-// or zero would show as errors of order 1. Without it, I4's values are
-// summed in two parts over each span of rows, the codes times their
-// scales and the zeros (see addZeros), each far larger than their sum
-// where the values average out, as the tests' random ones do: float32
-// rounding of the parts then shows in the sum, more the longer the span
-// (measured up to 2.4e-5 with spans of 1024 rows, 1.1e-5 with 512).
+// int8 as well, up to 1/254 of the row's largest value a term, and the
+// codes they multiply run from 0 to 15 rather than about 0: the scores
+// move by a few hundredths, which the tests' outputs show as errors of a
+// few percent, most at D = 128 (measured 0.034 at most over 20 runs of
+// the int4 and eviction tests, 82 of their 27240 steps above 0.02); a
+// missing scale or zero would show as errors of order 1. Without it,
+// I4's values are summed in two parts over each span of rows, the codes
+// times their scales and the zeros (see addZeros), each far larger than
+// their sum where the values average out, as the tests' random ones do:
+// float32 rounding of the parts then shows in the sum, more the longer
+// the span (measured up to 2.4e-5 with spans of 1024 rows, 1.1e-5 with 512).
 func storedTol(dt DType, tol float64) float64 {
 	switch {
 	case dt == BF16 && simd.NativeBF16():
 		return 5e-3
 	case dt == I4 && simd.NativeU4():
-		return 0.04
+		return 0.06
 	case dt == I4:
 		return max(tol, 1e-4)
 	}
