@@ -297,10 +297,10 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 	} {
 		s, o := tc.s, tc.o
 		p := mustNew(t, Config{Features: 14, Kind: tc.kind, Min: -1, Seed: uint64(n), Chunk: tc.chunk})
-		q, k, v := inputs(rng, s, unitScale(s.D))
+		f := newFeat64(p.fm, s.D)
+		q, k, v := conditionedInputs(t, rng, s, o, f)
 		g := ref.Normal(rng, s.QLen())
 		out, _, dq, dk, dv := backward(t, p, s, q, k, v, g, o)
-		f := newFeat64(p.fm, s.D)
 		mask := ref.Mask(s, o)
 		scale := float64(o.ScaleFor(s.D))
 		q64, k64, v64, g64 := to64(q), to64(k), to64(v), to64(g)
@@ -383,15 +383,15 @@ func TestBackwardAgainstFormula(t *testing.T) {
 					o.Scale = -0.25
 				}
 				p := mustNew(t, Config{Features: 62, Kind: kind, Min: -1, Seed: uint64(n), Chunk: []int{5, 16, 0}[n%3]})
-				q, k, v := inputs(rng, s, unitScale(s.D))
+				f := newFeat64(p.fm, s.D)
+				q, k, v := conditionedInputs(t, rng, s, o, f)
 				g := ref.Normal(rng, s.QLen())
 				_, _, dq, dk, dv := backward(t, p, s, q, k, v, g, o)
-				f := newFeat64(p.fm, s.D)
 				mask := ref.Mask(s, o)
 				_, _, wq, wk, wv := favor64(s, to64(q), to64(k), to64(v), to64(g), mask, f, float64(o.ScaleFor(s.D)))
 				name := fmt.Sprintf("%v %+v causal=%v kvlen=%v scale=%v chunk=%d", kind, s, causal, o.KVLen, o.Scale, p.lin.Chunk())
 				// Trig normalisers can come near 0, which amplifies
-				// rounding; positive ones cannot.
+				// rounding (see maxCondition); positive ones cannot.
 				tol := 1e-4
 				if kind == Trig {
 					tol = 1e-3
@@ -738,4 +738,66 @@ func BenchmarkBackwardRatio(b *testing.B) {
 			gradbench.Run(b, p, s, attn.Options{Causal: causal}, q, k, v, g)
 		})
 	}
+}
+
+// maxCondition bounds normCondition for the inputs of the tests that
+// compare Backward with favor64's gradient. Rounding in the gradient
+// grows with it, without bound as a trigonometric normaliser nears 0: on
+// one seed in a few hundred a row had 1405, and dq was 2e-3 off. The
+// errors measured were at most 1.5e-6 times normCondition (150 runs with
+// it up to 2498, and that seed), so below 100 they stay near 1.5e-4,
+// under the tests' bound of 1e-3 for trigonometric features.
+const maxCondition = 100
+
+// conditionedInputs draws q, k and v as inputs does until their
+// normCondition under f, o and the mask is at most maxCondition: at
+// once for positive features.
+func conditionedInputs(t *testing.T, rng *rand.Rand, s attn.Shape, o attn.Options, f *feat64) (q, k, v []float32) {
+	t.Helper()
+	mask := ref.Mask(s, o)
+	for range 100 {
+		q, k, v = inputs(rng, s, unitScale(s.D))
+		if normCondition(s, to64(q), to64(k), mask, f, float64(o.ScaleFor(s.D))) <= maxCondition {
+			return q, k, v
+		}
+	}
+	t.Fatalf("%+v %+v: no inputs of normCondition <= %d in 100 draws", s, o, maxCondition)
+	return nil, nil, nil
+}
+
+// normCondition is the largest, over the rows whose normaliser is
+// positive, of Σ_j S_ij / den_i, with S_ij = Σ_x |φ(q_i)_x φ(k_j)_x| the
+// size of weight A_ij before its terms cancel: 1 for positive features,
+// and as large as cancellation makes it for trigonometric ones.
+func normCondition(s attn.Shape, q, k []float64, mask []bool, f *feat64, scale float64) float64 {
+	d := s.D
+	c := math.Sqrt(math.Abs(scale))
+	cq := c
+	if scale < 0 {
+		cq = -c
+	}
+	worst := 1.0
+	for b := range s.B {
+		for h := range s.H {
+			kv := (b*s.HKV + h/s.Group()) * s.M
+			for i := range s.N {
+				pq := f.phi(q[((b*s.H+h)*s.N+i)*d:][:d], cq)
+				var den, sum float64
+				for j := range s.M {
+					if !mask[(b*s.N+i)*s.M+j] {
+						continue
+					}
+					pk := f.phi(k[(kv+j)*d:][:d], c)
+					for x := range f.m {
+						den += pq[x] * pk[x]
+						sum += math.Abs(pq[x] * pk[x])
+					}
+				}
+				if den > 0 {
+					worst = max(worst, sum/den)
+				}
+			}
+		}
+	}
+	return worst
 }
