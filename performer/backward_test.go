@@ -90,6 +90,68 @@ func (f *feat64) jacT(x []float64, c float64, g []float64) []float64 {
 	return dx
 }
 
+// featScales returns the factors of the queries and the keys inside φ
+// under scale: √|scale| each, the sign of scale going with the queries.
+func featScales(scale float64) (cq, ck float64) {
+	c := math.Sqrt(math.Abs(scale))
+	if scale < 0 {
+		return -c, c
+	}
+	return c, c
+}
+
+// features returns φ of every query row and key row of f.d values under
+// scale (see featScales).
+func (f *feat64) features(q, k []float64, scale float64) (pq, pk [][]float64) {
+	cq, c := featScales(scale)
+	rows := func(x []float64, c float64) [][]float64 {
+		y := make([][]float64, len(x)/f.d)
+		for r := range y {
+			y[r] = f.phi(x[r*f.d:][:f.d], c)
+		}
+		return y
+	}
+	return rows(q, cq), rows(k, c)
+}
+
+// rowSizes returns, for every query row i, den_i = Σ_j A_ij over the keys
+// the mask allows, abs_i = Σ_j S_ij and, when v is not nil, vsize_i =
+// Σ_j S_ij ‖v_j‖, where S_ij = Σ_x |φ(q_i)_x φ(k_j)_x| is the size of
+// weight A_ij before its terms cancel.
+func rowSizes(s attn.Shape, q, k, v []float64, mask []bool, f *feat64, scale float64) (den, abs, vsize []float64) {
+	d := s.D
+	pq, pk := f.features(q, k, scale)
+	den, abs, vsize = make([]float64, len(pq)), make([]float64, len(pq)), make([]float64, len(pq))
+	for b := range s.B {
+		for h := range s.H {
+			kv := (b*s.HKV + h/s.Group()) * s.M
+			for i := range s.N {
+				row := (b*s.H+h)*s.N + i
+				for j := range s.M {
+					if !mask[(b*s.N+i)*s.M+j] {
+						continue
+					}
+					var a, sij float64
+					for x := range f.m {
+						a += pq[row][x] * pk[kv+j][x]
+						sij += math.Abs(pq[row][x] * pk[kv+j][x])
+					}
+					den[row] += a
+					abs[row] += sij
+					if v != nil {
+						var nv float64
+						for _, vx := range v[(kv+j)*d:][:d] {
+							nv += vx * vx
+						}
+						vsize[row] += sij * math.Sqrt(nv)
+					}
+				}
+			}
+		}
+	}
+	return den, abs, vsize
+}
+
 // favor64 evaluates the estimator in float64 from its definition: weights
 // A_ij = φ(q_i)·φ(k_j) on the keys the mask allows, out_i = Σ_j A_ij v_j /
 // Σ_j A_ij (0 for a row whose sum is not positive), lse_i = log Σ_j A_ij,
@@ -100,19 +162,8 @@ func (f *feat64) jacT(x []float64, c float64, g []float64) []float64 {
 //	dq_i = J_φ(q_i)ᵀ Σ_j ∂L/∂A_ij φ(k_j),        dk_j = J_φ(k_j)ᵀ Σ_i ∂L/∂A_ij φ(q_i).
 func favor64(s attn.Shape, q, k, v, dout []float64, mask []bool, f *feat64, scale float64) (out, lse, dq, dk, dv []float64) {
 	d := s.D
-	c := math.Sqrt(math.Abs(scale))
-	cq := c
-	if scale < 0 {
-		cq = -c
-	}
-	rows := func(x []float64, c float64) [][]float64 {
-		y := make([][]float64, len(x)/d)
-		for r := range y {
-			y[r] = f.phi(x[r*d:][:d], c)
-		}
-		return y
-	}
-	pq, pk := rows(q, cq), rows(k, c)
+	cq, c := featScales(scale)
+	pq, pk := f.features(q, k, scale)
 	out, lse = make([]float64, s.QLen()), make([]float64, s.LSELen())
 	dq, dk, dv = make([]float64, s.QLen()), make([]float64, s.KVLen()), make([]float64, s.KVLen())
 	gq := make([][]float64, len(pq)) // ∂L/∂φ(q)
@@ -230,48 +281,19 @@ const estimatorTol = 1e-6
 // without bound while the estimator is right.
 func estimatorErr(s attn.Shape, q, k, v []float64, mask []bool, f *feat64, scale float64, got []float32, want []float64) float64 {
 	d := s.D
-	c := math.Sqrt(math.Abs(scale))
-	cq := c
-	if scale < 0 {
-		cq = -c
-	}
+	den, abs, vsize := rowSizes(s, q, k, v, mask, f, scale)
 	worst := 0.0
-	for b := range s.B {
-		for h := range s.H {
-			kv := (b*s.HKV + h/s.Group()) * s.M
-			for i := range s.N {
-				row := (b*s.H+h)*s.N + i
-				pq := f.phi(q[row*d:][:d], cq)
-				var den, size, sum float64
-				for j := range s.M {
-					if !mask[(b*s.N+i)*s.M+j] {
-						continue
-					}
-					pk := f.phi(k[(kv+j)*d:][:d], c)
-					var a, abs, nv float64
-					for x := range f.m {
-						a += pq[x] * pk[x]
-						abs += math.Abs(pq[x] * pk[x])
-					}
-					for _, vx := range v[(kv+j)*d:][:d] {
-						nv += vx * vx
-					}
-					den += a
-					sum += abs
-					size += abs * math.Sqrt(nv)
-				}
-				if !(den > 0) {
-					continue
-				}
-				var diff, nw float64
-				for x := range d {
-					e := float64(got[row*d+x]) - want[row*d+x]
-					diff += e * e
-					nw += want[row*d+x] * want[row*d+x]
-				}
-				worst = max(worst, math.Sqrt(diff)/((size+math.Sqrt(nw)*sum)/den))
-			}
+	for row := range den {
+		if !(den[row] > 0) {
+			continue
 		}
+		var diff, nw float64
+		for x := range d {
+			e := float64(got[row*d+x]) - want[row*d+x]
+			diff += e * e
+			nw += want[row*d+x] * want[row*d+x]
+		}
+		worst = max(worst, math.Sqrt(diff)/((vsize[row]+math.Sqrt(nw)*abs[row])/den[row]))
 	}
 	return worst
 }
@@ -421,11 +443,7 @@ func TestBackwardAgainstFormula(t *testing.T) {
 func refDV(t *testing.T, s attn.Shape, o attn.Options, q, k, v, g []float32, f *feat64, dv []float32) float64 {
 	t.Helper()
 	d := s.D
-	c := math.Sqrt(math.Abs(float64(o.ScaleFor(d))))
-	cq := c
-	if o.ScaleFor(d) < 0 {
-		cq = -c
-	}
+	cq, c := featScales(float64(o.ScaleFor(d)))
 	mask := ref.Mask(s, o)
 	bias := make([]float64, s.B*s.H*s.N*s.M)
 	full := make([]bool, len(bias))
@@ -770,33 +788,11 @@ func conditionedInputs(t *testing.T, rng *rand.Rand, s attn.Shape, o attn.Option
 // size of weight A_ij before its terms cancel: 1 for positive features,
 // and as large as cancellation makes it for trigonometric ones.
 func normCondition(s attn.Shape, q, k []float64, mask []bool, f *feat64, scale float64) float64 {
-	d := s.D
-	c := math.Sqrt(math.Abs(scale))
-	cq := c
-	if scale < 0 {
-		cq = -c
-	}
+	den, abs, _ := rowSizes(s, q, k, nil, mask, f, scale)
 	worst := 1.0
-	for b := range s.B {
-		for h := range s.H {
-			kv := (b*s.HKV + h/s.Group()) * s.M
-			for i := range s.N {
-				pq := f.phi(q[((b*s.H+h)*s.N+i)*d:][:d], cq)
-				var den, sum float64
-				for j := range s.M {
-					if !mask[(b*s.N+i)*s.M+j] {
-						continue
-					}
-					pk := f.phi(k[(kv+j)*d:][:d], c)
-					for x := range f.m {
-						den += pq[x] * pk[x]
-						sum += math.Abs(pq[x] * pk[x])
-					}
-				}
-				if den > 0 {
-					worst = max(worst, sum/den)
-				}
-			}
+	for row := range den {
+		if den[row] > 0 {
+			worst = max(worst, abs[row]/den[row])
 		}
 	}
 	return worst
