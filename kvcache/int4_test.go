@@ -379,7 +379,8 @@ func TestI4Accuracy(t *testing.T) {
 			}
 			c, _ := New(cfg)
 			t0, worst := 0, 0.0
-			var diff, norm float64 // over the single-token steps
+			var steps []float32 // the single-token steps' outputs
+			var wantSteps []float64
 			for _, n := range chunks {
 				t1 := t0 + n
 				out := make([]float32, 8*n*64)
@@ -396,14 +397,12 @@ func TestI4Accuracy(t *testing.T) {
 				}
 				worst = max(worst, e, le)
 				if n == 1 {
-					for i, w := range wantOut {
-						diff += (float64(out[i]) - w) * (float64(out[i]) - w)
-						norm += w * w
-					}
+					steps = append(steps, out...)
+					wantSteps = append(wantSteps, wantOut...)
 				}
 				t0 = t1
 			}
-			e := math.Sqrt(diff / norm)
+			e := ref.RelErr(steps, wantSteps)
 			t.Logf("%+v: relative error %.3g over the steps, %.3g at worst", cfg, e, worst)
 			if e > i4Tol {
 				t.Errorf("%+v: relative error %.3g over the steps > %.3g", cfg, e, i4Tol)
