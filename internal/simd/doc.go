@@ -74,8 +74,8 @@
 // keys at a time. The Go assembler lacks both instructions: the generator
 // emits their EVEX encodings as BYTEs. Where the CPU also has
 // AVX512-VNNI, the family runs DotRowsU4Q8 (int8 queries against int4
-// codes by VPDPBUSD, 16 packed rows transposed as dwords so that lanes
-// are keys) and GemmU4BF16 (bfloat16 probabilities against the codes
+// codes centred on 8 by VPDPBUSD, 16 packed rows transposed as dwords so
+// that lanes are keys) and GemmU4BF16 (bfloat16 probabilities against the codes
 // looked up as bfloat16, by VDPBF16PS) in assembly; the other families
 // run their Go definitions, which the assembly matches bit for bit.
 //

@@ -28,17 +28,23 @@ func NativeU4() bool { return active.u4Native }
 // values are zero_c + scale_c·code_c (int4 keys quantised per channel),
 // to the product of the query row with them:
 //
-//	float32(float32(Σ_c q8_c·code_c) · qs) + z
+//	float32(float32(Σ_c q8_c·(code_c - 8)) · qs) + z
 //
 // The query times the scales, y_c = q_c·scale_c, is rounded to int8:
 // m = max(max_c |y_c|, 2^-100), q8_c = round(y_c·(127/m)) to nearest
 // even, qs = m/127, all in float32. The integer sum is exact; rounding y
 // changes each term by up to m/254, the error int8 queries bring to
-// llama.cpp's int4 dot products. z = Σ_c q_c·zero_c, each product
-// rounded, summed in 16 lanes (lane c%16) in order of c and the lanes
-// added as reduceAdd does. A NaN or infinite y_c makes the row's scores
-// NaN. pw must be a multiple of 8 and at most 256. It panics on sizes
-// that do not fit.
+// llama.cpp's int4 dot products. The codes are centred on 8, as
+// llama.cpp's q4_0 centres them, so that this error multiplies |code-8|
+// ≤ 8 rather than codes up to 15: the part of it that the codes' mean
+// carries is the same for all the keys of a call, but differs between
+// key groups (and the float32 keys a cache has not yet quantised), so
+// the softmax would not cancel it. z = Σ_c q_c·w_c, w_c =
+// float32(zero_c + 8·scale_c) the value of code 8, each product rounded,
+// summed in 16 lanes (lane c%16) in order of c and the lanes added as
+// reduceAdd does. A NaN or infinite y_c makes the row's scores NaN. pw
+// must be a multiple of 8 and at most 256. It panics on sizes that do
+// not fit.
 func DotRowsU4Q8(s []float32, lds int, q []float32, ldq, rows int, scale, zero []float32, k []uint8, ldk, n, d, pw int) {
 	checkDotRows(len(s), lds, len(q), ldq, rows, len(k), ldk, n, min(d, pw))
 	if pw < 0 || pw%8 != 0 || pw > u4MaxPW || d > 2*pw || (n > 0 && ldk < pw) || (n > 0 && len(k) < (n-1)*ldk+pw) {
@@ -86,18 +92,22 @@ func GemmU4BF16(m, n, k int, a []float32, lda int, rs []float32, b []uint8, ldb 
 // dotRowsU4Q8Generic is the definition of DotRowsU4Q8.
 func dotRowsU4Q8Generic(s []float32, lds int, q []float32, ldq, rows int, scale, zero []float32, k []uint8, ldk, n, d, pw int) {
 	q8 := make([]int32, d)
+	w := make([]float32, d)
+	for c := range w {
+		w[c] = zero[c] + 8*scale[c]
+	}
 	for r := range rows {
 		qr := q[r*ldq:][:d]
 		qs := quantQ8(q8, qr, scale[:d])
-		z := laneSum(qr, zero[:d])
+		z := laneSum(qr, w)
 		for j := range n {
 			row := k[j*ldk:][:pw]
 			var sum int32
 			for c, v := range q8 {
 				if c < pw {
-					sum += v * int32(row[c]&15)
+					sum += v * (int32(row[c]&15) - 8)
 				} else {
-					sum += v * int32(row[c-pw]>>4)
+					sum += v * (int32(row[c-pw]>>4) - 8)
 				}
 			}
 			s[r*lds+j] = float32(float32(sum)*qs) + z

@@ -90,7 +90,10 @@ func TestDotRowsU4Q8(t *testing.T) {
 								}
 								qc := float64(q[i*ldq+c])
 								exact += qc*float64(zero[c]) + qc*float64(scale[c])*code
-								bound += code*m/254 + 1e-6*math.Abs(qc*float64(zero[c]))
+								// The codes count from 8, and the rest
+								// goes in as q·(zero + 8·scale).
+								mid := float64(zero[c]) + 8*float64(scale[c])
+								bound += math.Abs(code-8)*m/254 + 1e-6*math.Abs(qc*mid)
 							}
 							if e := math.Abs(float64(want[i*lds+j]) - exact); e > 1.01*bound+1e-6*math.Abs(exact)+1e-30 {
 								t.Fatalf("%s: s[%d][%d] = %v, exact %v: error %.3g > bound %.3g", name, i, j, want[i*lds+j], exact, e, bound)

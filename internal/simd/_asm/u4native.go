@@ -50,6 +50,7 @@ var (
 	bf16Hi  Mem // its high byte
 	q8Tiny  Mem // the least row maximum a query row is scaled by
 	c127    Mem // 127
+	u4Mid   Mem // 8, the code DotRowsU4Q8 centres the codes on
 	absMask Mem // 0x7fffffff
 )
 
@@ -66,6 +67,7 @@ func declareU4Consts() {
 	bf16Hi = table("bf16Hi", func(c int) byte { return byte(math.Float32bits(float32(c)) >> 24) })
 	q8Tiny = vecConst("q8Tiny", 0x1p-100)
 	c127 = vecConst("c127", 127)
+	u4Mid = vecConst("u4Mid", 8)
 	absMask = GLOBL("absMask", RODATA|NOPTR)
 	for i := 0; i < 16; i++ {
 		DATA(4*i, U32(0x7fffffff))
@@ -88,7 +90,7 @@ func dotRowsU4Q8() {
 	Doc("dotRowsU4Q8AVX512BF16 is DotRowsU4Q8 for rows ≤ 4 and pw ≤ 256 with VPDPBUSD;",
 		"the Go caller checks the sizes.")
 	q8 := AllocLocal(q8Rows * q8Row)
-	qs, qz := AllocLocal(4*q8Rows), AllocLocal(4*q8Rows)
+	qs, qz, qo := AllocLocal(4*q8Rows), AllocLocal(4*q8Rows), AllocLocal(4*q8Rows)
 	rows := Load(Param("rows"), GP64())
 	TESTQ(rows, rows)
 	JZ(LabelRef("done"))
@@ -101,7 +103,7 @@ func dotRowsU4Q8() {
 	JMP(LabelRef("r4"))
 	for _, R := range []int{4, 2, 1} {
 		Label(fmt.Sprintf("r%d", R))
-		u4q8Rows(R, q8, qs, qz)
+		u4q8Rows(R, q8, qs, qz, qo)
 		JMP(LabelRef("done"))
 	}
 	Label("done")
@@ -123,7 +125,7 @@ func clampRow(r int) Register {
 // u4q8Rows emits the work for R query rows (the missing ones repeat the
 // last and are not stored): the rows rounded into the frame, then the
 // keys in blocks of 16.
-func u4q8Rows(R int, q8, qs, qz Mem) {
+func u4q8Rows(R int, q8, qs, qz, qo Mem) {
 	pre := fmt.Sprintf("r%d", R)
 	for r := 0; r < R; r++ {
 		Commentf("Query row %d to int8.", r)
@@ -131,7 +133,7 @@ func u4q8Rows(R int, q8, qs, qz Mem) {
 		IMULQ(addr(Param("ldq")), src)
 		SHLQ(U8(2), src)
 		ADDQ(addr(Param("q").Base()), src)
-		quantRowQ8(fmt.Sprintf("%sq%d", pre, r), src, q8.Offset(r*q8Row), qs.Offset(4*r), qz.Offset(4*r))
+		quantRowQ8(fmt.Sprintf("%sq%d", pre, r), src, q8.Offset(r*q8Row), qs.Offset(4*r), qz.Offset(4*r), qo.Offset(4*r))
 	}
 	kp, sp, j := GP64(), GP64(), GP64()
 	Load(Param("k").Base(), kp)
@@ -140,7 +142,7 @@ func u4q8Rows(R int, q8, qs, qz Mem) {
 	Label(pre + "blk")
 	CMPQ(j, U8(16))
 	JL(LabelRef(pre + "tail"))
-	u4q8Block(pre+"f", R, true, kp, sp, j, q8, qs, qz)
+	u4q8Block(pre+"f", R, true, kp, sp, j, q8, qs, qz, qo)
 	ldk := Load(Param("ldk"), GP64())
 	SHLQ(U8(4), ldk)
 	ADDQ(ldk, kp)
@@ -150,7 +152,7 @@ func u4q8Rows(R int, q8, qs, qz Mem) {
 	Label(pre + "tail")
 	TESTQ(j, j)
 	JZ(LabelRef(pre + "end"))
-	u4q8Block(pre+"t", R, false, kp, sp, j, q8, qs, qz)
+	u4q8Block(pre+"t", R, false, kp, sp, j, q8, qs, qz, qo)
 	Label(pre + "end")
 }
 
@@ -159,14 +161,16 @@ func u4q8Rows(R int, q8, qs, qz Mem) {
 // code = round(y·(127/m)), the low half (values [0, min(d, pw))) at dst,
 // the high one (values [pw, d)) at dst+q8Half, the bytes the blocks read
 // past them zeroed; at qs the scale m/127, NaN if a y is NaN or
-// infinite, and at qz the sum Σ q·zero in 16 lanes added by reduceAdd's
-// tree (see DotRowsU4Q8).
-func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
-	mx, bad, zs, z := ZMM(), ZMM(), ZMM(), ZMM()
+// infinite, at qz the sum Σ q·(zero + 8·scale) in 16 lanes added by
+// reduceAdd's tree, and at qo -8·Σ q8 as a float32 (exact), added to
+// each key's sum so that the codes count as code-8 (see DotRowsU4Q8).
+func quantRowQ8(pre string, src Register, dst, qs, qz, qo Mem) {
+	mx, bad, zs, z, s8 := ZMM(), ZMM(), ZMM(), ZMM(), ZMM()
 	VPXORD(mx, mx, mx)
 	VPXORD(bad, bad, bad)
 	VPXORD(zs, zs, zs)
 	VPXORD(z, z, z)
+	VPXORD(s8, s8, s8)
 	abs := ZMM()
 	VMOVDQU32(absMask, abs)
 	sc, ze := Load(Param("scale").Base(), GP64()), Load(Param("zero").Base(), GP64())
@@ -178,8 +182,10 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 		x, y, w := ZMM(), ZMM(), ZMM()
 		maskedLoad(Mem{Base: src, Index: i, Scale: 4}, km, x)
 		maskedLoad(Mem{Base: sc, Index: i, Scale: 4}, km, y)
-		VMULPS(y, x, y)
 		maskedLoad(Mem{Base: ze, Index: i, Scale: 4}, km, w)
+		// w = zero + 8·scale, one rounding: 8·scale is exact.
+		VFMADD231PS_BCST(u4Mid, y, w)
+		VMULPS(y, x, y)
 		VMULPS(w, x, w)
 		VADDPS(w, zs, zs)
 		VANDPS(abs, y, w)
@@ -236,6 +242,7 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 			VMULPS(y, x, x)
 			VMULPS(invB, x, x)
 			VCVTPS2DQ(x, x)
+			VPADDD(x, s8, s8)
 			VPMOVSDB(x, Mem{Base: d})
 		}
 		Label(pre + name)
@@ -269,6 +276,24 @@ func quantRowQ8(pre string, src Register, dst, qs, qz Mem) {
 	TESTQ(hi, hi)
 	CMOVQLT(none, hi)
 	half("hi", c1, hi, dst.Offset(q8Half))
+	// qo = -8·Σ q8, summed as integers.
+	h8 := YMM()
+	VEXTRACTI32X8(U8(1), s8, h8)
+	y8 := s8.AsY()
+	VPADDD(h8, y8, y8)
+	h4 := XMM()
+	VEXTRACTI32X4(U8(1), y8, h4)
+	x8 := s8.AsX()
+	VPADDD(h4, x8, x8)
+	h2 := XMM()
+	VPSHUFD(U8(0x4e), x8, h2)
+	VPADDD(h2, x8, x8)
+	VPSHUFD(U8(0xb1), x8, h2)
+	VPADDD(h2, x8, x8)
+	VPSLLD(U8(3), x8, x8)
+	VPSUBD(x8, z.AsX(), x8)
+	VCVTDQ2PS(x8, x8)
+	VMOVSS(x8, qo)
 }
 
 // maskedLoad loads 16 float32 at m, only those of km (the others zero)
@@ -340,7 +365,7 @@ const hiFrom = 4
 // missing rows repeat the last, their scores not stored) against the R
 // query rows in the frame: for each 64-byte chunk of the packed rows, the
 // 16 rows loaded (bytes past pw zeroed), transposed and multiplied.
-func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz Mem) {
+func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz, qo Mem) {
 	Commentf("Block of 16 keys%s, %d query rows.", map[bool]string{true: "", false: " (the last ones)"}[full], R)
 	ldk := Load(Param("ldk"), GP64())
 	var ldk3, b4, b8, b12 Register
@@ -468,7 +493,8 @@ func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz Mem)
 		CMPQ(off, pw)
 		JL(LabelRef(pre + "chunk"))
 	}
-	// s = float(sum)·scale + Σ q·zero, rounded twice (see DotRowsU4Q8).
+	// s = float(sum)·scale + Σ q·(zero + 8·scale), rounded twice (see
+	// DotRowsU4Q8).
 	var ks Register
 	if !full {
 		ks = maskUpTo16(j)
@@ -486,6 +512,11 @@ func u4q8Block(pre string, R int, full bool, kp, sp, j Register, q8, qs, qz Mem)
 		}
 		f, sc, ad := ZMM(), ZMM(), ZMM()
 		VCVTDQ2PS(acc[r], f)
+		// The codes from 8 on: both terms are integers below 2^24, so
+		// that the float sum is exact. Added here, not as the sums'
+		// start, so that the chunks need not wait for quantRowQ8.
+		VBROADCASTSS(qo.Offset(4*r), sc)
+		VADDPS(sc, f, f)
 		VBROADCASTSS(qs.Offset(4*r), sc)
 		VMULPS(sc, f, f)
 		VBROADCASTSS(qz.Offset(4*r), ad)
