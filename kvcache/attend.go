@@ -278,7 +278,7 @@ const (
 // decodeRows returns the rows of a decode block for groups of g query
 // heads.
 func (c *Cache) decodeRows(g int) int {
-	if g > streamGroup {
+	if c.fusedGroup(g) {
 		return decodeBlock
 	}
 	switch c.cfg.DType {
@@ -291,7 +291,7 @@ func (c *Cache) decodeRows(g int) int {
 }
 
 // streamGroup is the largest group of query heads per key/value head for
-// which the decode step streams the cache: its kernels read 16-bit and
+// which the decode step streams every cache: its kernels read 16-bit and
 // int8 rows in place and prefetch the next block as they compute. Larger groups
 // (Hkv = 1 of H = 32) do enough arithmetic per byte to be bound by it
 // rather than by memory. They take the fused tile kernel (fusedDecode)
@@ -299,7 +299,29 @@ func (c *Cache) decodeRows(g int) int {
 // without prefetch hints are faster, and so is widening a block of 16-bit
 // values once into a float32 scratch rather than once per 6-row block of
 // queries (figures: results/2026-12-07, "Figures moved out of code comments").
+// See fusedGroup for the caches that stream all the same.
 const streamGroup = 15
+
+// fusedGroup reports whether groups of g query heads take the fused tile
+// kernel, or the row path with its blocks widened once (see streamGroup),
+// rather than the streaming kernels. Two storage types stream at any g:
+// int4, whose fused path widens each row in Go, and bfloat16 where the
+// CPU multiplies in it (simd.NativeBF16), whose streaming kernels multiply
+// bfloat16 pairs at twice the float32 rate where the fused kernel would
+// widen every element (results/2026-12-08, "Large groups on bfloat16 and
+// int4 caches stream").
+func (c *Cache) fusedGroup(g int) bool {
+	if g <= streamGroup {
+		return false
+	}
+	switch c.cfg.DType {
+	case I4:
+		return false
+	case BF16:
+		return !simd.NativeBF16()
+	}
+	return true
+}
 
 // decode attends one query per head, at position p, to the held rows, in
 // parallel over (batch, kv head, span of rows). inclusive says whether the
@@ -329,7 +351,7 @@ func (c *Cache) decode(ctx context.Context, s attn.Shape, q []float32, p int, in
 	}()
 	err := parallel.For(ctx, workers, items,
 		func() *decodeScratch {
-			sc := getDecodeScratch(g, c.stride, blk)
+			sc := getDecodeScratch(g, c.stride, blk, c.fusedGroup(g))
 			mu.Lock()
 			used = append(used, sc)
 			mu.Unlock()
@@ -414,11 +436,11 @@ type decodeScratch struct {
 	q         []float32 // [g][stride] scaled queries, zero past D
 	lds       int       // rows of a block (decodeRows), the row stride of s
 	s         []float32 // [g][lds] scores, then probabilities
-	vb        []float32 // [lds][stride] widened values, for g > streamGroup
+	vb        []float32 // [lds][stride] widened values, for fusedGroup
 	acc       []float32 // [g][stride]
 	m, l      []float32
 	sink      float32 // keeps the touch loads from being optimised away
-	// fused, for g > streamGroup, runs spans without window masks
+	// fused, for fusedGroup, runs spans without window masks
 	// through the fused attention kernel.
 	fused *fusedDecode
 	q4    *i4Scratch // for I4 blocks, made on first use
@@ -499,16 +521,16 @@ func (sc *decodeScratch) finish(d int, out, lse []float32) {
 var scratchPool sync.Pool
 
 // getDecodeScratch returns scratch for groups of g query heads, rows
-// of stride elements and blocks of lds rows, from scratchPool if it
-// holds such.
-func getDecodeScratch(g, stride, lds int) *decodeScratch {
-	if sc, ok := scratchPool.Get().(*decodeScratch); ok && sc.g == g && sc.stride == stride && sc.lds == lds {
+// of stride elements and blocks of lds rows, with the fused kernel's
+// (fusedGroup) or not, from scratchPool if it holds such.
+func getDecodeScratch(g, stride, lds int, fused bool) *decodeScratch {
+	if sc, ok := scratchPool.Get().(*decodeScratch); ok && sc.g == g && sc.stride == stride && sc.lds == lds && (sc.fused != nil) == fused {
 		return sc
 	}
-	return newDecodeScratch(g, stride, lds)
+	return newDecodeScratch(g, stride, lds, fused)
 }
 
-func newDecodeScratch(g, stride, lds int) *decodeScratch {
+func newDecodeScratch(g, stride, lds int, fused bool) *decodeScratch {
 	sc := &decodeScratch{
 		g: g, stride: stride, lds: lds,
 		q:   make([]float32, g*stride),
@@ -517,7 +539,7 @@ func newDecodeScratch(g, stride, lds int) *decodeScratch {
 		m:   make([]float32, g),
 		l:   make([]float32, g),
 	}
-	if g > streamGroup {
+	if fused {
 		sc.vb = make([]float32, lds*stride)
 		sc.fused = newFusedDecode(g, stride)
 	}
@@ -532,7 +554,7 @@ func (c *Cache) decodeSpan(sc *decodeScratch, bh, lo, hi, p int, inclusive bool,
 	sc.start()
 	checkRows := c.checkRows()
 	base := bh * c.cap * st
-	stream := g <= streamGroup
+	stream := sc.vb == nil
 	blk := sc.lds
 	for j0 := lo; j0 < hi; j0 += blk {
 		nb := min(blk, hi-j0)
@@ -580,7 +602,7 @@ func (c *Cache) checkRows() bool {
 // read the L2 cache.
 //
 // Its loads hold up the core until their lines arrive, so nothing else
-// runs meanwhile. For groups of up to streamGroup query heads the
+// runs meanwhile. For the groups that stream (see fusedGroup) the
 // kernels also prefetch the next block as they compute, which keeps
 // memory busy during the arithmetic. A 16-bit block is then mostly in,
 // or on its way, by the time it is read, and for groups of 2 or more only

@@ -166,8 +166,10 @@ func TestWindowAndSinks(t *testing.T) {
 }
 
 // TestLargeGroupWindow decodes step by step with a group of 32 query
-// heads, larger than streamGroup: the fused kernel while every held row
-// is in the window, the row-by-row path once rows leave it.
+// heads, larger than streamGroup: where fusedGroup holds, the fused
+// kernel while every held row is in the window and the row-by-row path
+// once rows leave it; else (int4, and bfloat16 where the CPU multiplies
+// in it) the streaming kernels with the rows checked against the window.
 func TestLargeGroupWindow(t *testing.T) {
 	rng := ref.FreshRNG(t, 6)
 	sq := newSeq(rng, 1, 32, 1, 140, 24)
@@ -175,9 +177,12 @@ func TestLargeGroupWindow(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	for _, dt := range []DType{F32, BF16, I8} {
+	for _, dt := range []DType{F32, BF16, F16, I8} {
 		run(t, sq, Config{B: 1, HKV: 1, D: 24, DType: dt, Window: 100, Sinks: 2}, ones)
 	}
+	// Int4 against the rows it stores: its own rounding is larger than
+	// what run allows.
+	runStored(t, sq, Config{B: 1, HKV: 1, D: 24, DType: I4, Window: 100, Sinks: 2}, ones, 3, storedTol(I4, 2e-5))
 }
 
 // TestAttend checks the decode entry point that attends the newest,
@@ -300,8 +305,9 @@ func TestErrors(t *testing.T) {
 // TestAttendShapes checks the decode step on the shapes of its kernels'
 // edge cases: 16-bit rows whose D is not a multiple of 16 (72: the
 // products end on an 8-column block) or of 8 (33, 20), groups of 1 to 32
-// query heads (those past streamGroup take the fused kernel, in panels of
-// 16 query rows: 20 and 24 leave a partial panel), and more rows than a
+// query heads (those past streamGroup take the fused kernel where
+// fusedGroup holds, in panels of 16 query rows: 20 and 24 leave a partial
+// panel), and more rows than a
 // decode block, not a multiple of it, over several spans (1100).
 func TestAttendShapes(t *testing.T) {
 	rng := ref.FreshRNG(t, 5)

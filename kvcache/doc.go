@@ -90,7 +90,11 @@
 // query heads a KV head, such as MQA with H = 32) do 2·H/Hkv flops for
 // every value read, more than the FMA rate over the DRAM rate of the
 // CPUs this package has run on; their query rows fill the panels of the fused
-// tile kernel (simd.AttendPanels) instead, as a prefill tile would.
+// tile kernel (simd.AttendPanels) instead, as a prefill tile would. That
+// kernel reads float32, so other storage is widened for it a block at a
+// time: int4 caches, whose widening is slow, and bfloat16 ones where the
+// CPU multiplies bfloat16 pairs at twice its float32 rate, stream at
+// every group size instead.
 //
 // # Sliding windows
 //

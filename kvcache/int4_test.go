@@ -240,8 +240,8 @@ func runStored(t *testing.T, sq seq, cfg Config, chunks []int, workers int, tol 
 
 // TestI4Kernels checks I4 decoding, with and without rotation, against
 // attention on what the cache stores: step by step (the streaming
-// kernels, 3 query heads a KV head, and the fused and row paths of a
-// group of 20), a prefill and a chunk (the fused kernel of package
+// kernels, groups of 3 and of 20 query heads a KV head: int4 streams at
+// any group size, see fusedGroup), a prefill and a chunk (the fused kernel of package
 // flash reading dequantised rows), windows with sinks (rows checked one
 // by one, ring groups cut short), at odd sizes. Rotation of an odd D
 // flips signs only, of D = 40 mixes blocks of 8.

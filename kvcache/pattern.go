@@ -300,7 +300,7 @@ func (c *Cache) getRangeScratch(g int) *rangeScratch {
 	}
 	gc := &Cache{cfg: Config{B: 1, HKV: 1, D: c.cfg.D, DType: dt}, stride: c.stride}
 	gc.alloc(decodeBlock)
-	return &rangeScratch{dec: newDecodeScratch(g, c.stride, decodeBlock), gc: gc}
+	return &rangeScratch{dec: newDecodeScratch(g, c.stride, decodeBlock, gc.fusedGroup(g)), gc: gc}
 }
 
 // gatherRows copies the stored rows of head bh listed in rows into the
