@@ -100556,7 +100556,7 @@ end:
 	RET
 
 // func dotRowsU4Q8AVX512BF16(s []float32, lds int, q []float32, ldq int, rows int, scale []float32, zero []float32, k []uint8, ldk int, n int, d int, pw int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512VNNI, BMI2, CMOV, MMX+
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512VNNI, BMI2, CMOV, MMX+
 TEXT ·dotRowsU4Q8AVX512BF16(SB), $2096-176
 	MOVQ  rows+64(FP), AX
 	TESTQ AX, AX
@@ -100765,17 +100765,17 @@ r4q0hit:
 	VPMOVSDB  Z1, (SI)
 
 r4q0hiend:
-	VEXTRACTI32X8 $0x01, Z4, Y0
-	VPADDD        Y0, Y4, Y4
-	VEXTRACTI32X4 $0x01, Y4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0x4e, X4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0xb1, X4, X0
-	VPADDD        X0, X4, X4
-	VPSLLD        $0x03, X4, X4
-	VPSUBD        X4, X3, X4
-	VCVTDQ2PS     X4, X4
+	VCVTDQ2PS     Z4, Z4
+	VEXTRACTF32X8 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VMOVHLPS      X4, X4, X0
+	VADDPS        X0, X4, X4
+	VMOVSHDUP     X4, X0
+	VADDSS        X0, X4, X4
+	VMULSS        u4Mid<>+0(SB), X4, X4
+	VSUBSS        X4, X3, X4
 	VMOVSS        X4, 2080(SP)
 
 	// Query row 1 to int8.
@@ -100975,17 +100975,17 @@ r4q1hit:
 	VPMOVSDB  Z1, (SI)
 
 r4q1hiend:
-	VEXTRACTI32X8 $0x01, Z13, Y0
-	VPADDD        Y0, Y13, Y13
-	VEXTRACTI32X4 $0x01, Y13, X0
-	VPADDD        X0, X13, X13
-	VPSHUFD       $0x4e, X13, X0
-	VPADDD        X0, X13, X13
-	VPSHUFD       $0xb1, X13, X0
-	VPADDD        X0, X13, X13
-	VPSLLD        $0x03, X13, X13
-	VPSUBD        X13, X12, X13
-	VCVTDQ2PS     X13, X13
+	VCVTDQ2PS     Z13, Z13
+	VEXTRACTF32X8 $0x01, Z13, Y0
+	VADDPS        Y0, Y13, Y13
+	VEXTRACTF32X4 $0x01, Y13, X0
+	VADDPS        X0, X13, X13
+	VMOVHLPS      X13, X13, X0
+	VADDPS        X0, X13, X13
+	VMOVSHDUP     X13, X0
+	VADDSS        X0, X13, X13
+	VMULSS        u4Mid<>+0(SB), X13, X13
+	VSUBSS        X13, X12, X13
 	VMOVSS        X13, 2084(SP)
 
 	// Query row 2 to int8.
@@ -101185,17 +101185,17 @@ r4q2hit:
 	VPMOVSDB  Z1, (SI)
 
 r4q2hiend:
-	VEXTRACTI32X8 $0x01, Z18, Y0
-	VPADDD        Y0, Y18, Y18
-	VEXTRACTI32X4 $0x01, Y18, X0
-	VPADDD        X0, X18, X18
-	VPSHUFD       $0x4e, X18, X0
-	VPADDD        X0, X18, X18
-	VPSHUFD       $0xb1, X18, X0
-	VPADDD        X0, X18, X18
-	VPSLLD        $0x03, X18, X18
-	VPSUBD        X18, X17, X18
-	VCVTDQ2PS     X18, X18
+	VCVTDQ2PS     Z18, Z18
+	VEXTRACTF32X8 $0x01, Z18, Y0
+	VADDPS        Y0, Y18, Y18
+	VEXTRACTF32X4 $0x01, Y18, X0
+	VADDPS        X0, X18, X18
+	VMOVHLPS      X18, X18, X0
+	VADDPS        X0, X18, X18
+	VMOVSHDUP     X18, X0
+	VADDSS        X0, X18, X18
+	VMULSS        u4Mid<>+0(SB), X18, X18
+	VSUBSS        X18, X17, X18
 	VMOVSS        X18, 2088(SP)
 
 	// Query row 3 to int8.
@@ -101395,17 +101395,17 @@ r4q3hit:
 	VPMOVSDB  Z1, (SI)
 
 r4q3hiend:
-	VEXTRACTI32X8 $0x01, Z23, Y0
-	VPADDD        Y0, Y23, Y23
-	VEXTRACTI32X4 $0x01, Y23, X0
-	VPADDD        X0, X23, X23
-	VPSHUFD       $0x4e, X23, X0
-	VPADDD        X0, X23, X23
-	VPSHUFD       $0xb1, X23, X0
-	VPADDD        X0, X23, X23
-	VPSLLD        $0x03, X23, X23
-	VPSUBD        X23, X22, X23
-	VCVTDQ2PS     X23, X23
+	VCVTDQ2PS     Z23, Z23
+	VEXTRACTF32X8 $0x01, Z23, Y0
+	VADDPS        Y0, Y23, Y23
+	VEXTRACTF32X4 $0x01, Y23, X0
+	VADDPS        X0, X23, X23
+	VMOVHLPS      X23, X23, X0
+	VADDPS        X0, X23, X23
+	VMOVSHDUP     X23, X0
+	VADDSS        X0, X23, X23
+	VMULSS        u4Mid<>+0(SB), X23, X23
+	VSUBSS        X23, X22, X23
 	VMOVSS        X23, 2092(SP)
 	MOVQ          k_base+120(FP), AX
 	MOVQ          s_base+0(FP), CX
@@ -103165,17 +103165,17 @@ r2q0hit:
 	VPMOVSDB  Z1, (SI)
 
 r2q0hiend:
-	VEXTRACTI32X8 $0x01, Z4, Y0
-	VPADDD        Y0, Y4, Y4
-	VEXTRACTI32X4 $0x01, Y4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0x4e, X4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0xb1, X4, X0
-	VPADDD        X0, X4, X4
-	VPSLLD        $0x03, X4, X4
-	VPSUBD        X4, X3, X4
-	VCVTDQ2PS     X4, X4
+	VCVTDQ2PS     Z4, Z4
+	VEXTRACTF32X8 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VMOVHLPS      X4, X4, X0
+	VADDPS        X0, X4, X4
+	VMOVSHDUP     X4, X0
+	VADDSS        X0, X4, X4
+	VMULSS        u4Mid<>+0(SB), X4, X4
+	VSUBSS        X4, X3, X4
 	VMOVSS        X4, 2080(SP)
 
 	// Query row 1 to int8.
@@ -103375,17 +103375,17 @@ r2q1hit:
 	VPMOVSDB  Z1, (SI)
 
 r2q1hiend:
-	VEXTRACTI32X8 $0x01, Z13, Y0
-	VPADDD        Y0, Y13, Y13
-	VEXTRACTI32X4 $0x01, Y13, X0
-	VPADDD        X0, X13, X13
-	VPSHUFD       $0x4e, X13, X0
-	VPADDD        X0, X13, X13
-	VPSHUFD       $0xb1, X13, X0
-	VPADDD        X0, X13, X13
-	VPSLLD        $0x03, X13, X13
-	VPSUBD        X13, X12, X13
-	VCVTDQ2PS     X13, X13
+	VCVTDQ2PS     Z13, Z13
+	VEXTRACTF32X8 $0x01, Z13, Y0
+	VADDPS        Y0, Y13, Y13
+	VEXTRACTF32X4 $0x01, Y13, X0
+	VADDPS        X0, X13, X13
+	VMOVHLPS      X13, X13, X0
+	VADDPS        X0, X13, X13
+	VMOVSHDUP     X13, X0
+	VADDSS        X0, X13, X13
+	VMULSS        u4Mid<>+0(SB), X13, X13
+	VSUBSS        X13, X12, X13
 	VMOVSS        X13, 2084(SP)
 	MOVQ          k_base+120(FP), AX
 	MOVQ          s_base+0(FP), CX
@@ -104821,17 +104821,17 @@ r1q0hit:
 	VPMOVSDB  Z1, (SI)
 
 r1q0hiend:
-	VEXTRACTI32X8 $0x01, Z4, Y0
-	VPADDD        Y0, Y4, Y4
-	VEXTRACTI32X4 $0x01, Y4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0x4e, X4, X0
-	VPADDD        X0, X4, X4
-	VPSHUFD       $0xb1, X4, X0
-	VPADDD        X0, X4, X4
-	VPSLLD        $0x03, X4, X4
-	VPSUBD        X4, X3, X4
-	VCVTDQ2PS     X4, X4
+	VCVTDQ2PS     Z4, Z4
+	VEXTRACTF32X8 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VMOVHLPS      X4, X4, X0
+	VADDPS        X0, X4, X4
+	VMOVSHDUP     X4, X0
+	VADDSS        X0, X4, X4
+	VMULSS        u4Mid<>+0(SB), X4, X4
+	VSUBSS        X4, X3, X4
 	VMOVSS        X4, 2080(SP)
 	MOVQ          k_base+120(FP), AX
 	MOVQ          s_base+0(FP), CX

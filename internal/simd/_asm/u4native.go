@@ -276,23 +276,12 @@ func quantRowQ8(pre string, src Register, dst, qs, qz, qo Mem) {
 	TESTQ(hi, hi)
 	CMOVQLT(none, hi)
 	half("hi", c1, hi, dst.Offset(q8Half))
-	// qo = -8·Σ q8, summed as integers.
-	h8 := YMM()
-	VEXTRACTI32X8(U8(1), s8, h8)
-	y8 := s8.AsY()
-	VPADDD(h8, y8, y8)
-	h4 := XMM()
-	VEXTRACTI32X4(U8(1), y8, h4)
-	x8 := s8.AsX()
-	VPADDD(h4, x8, x8)
-	h2 := XMM()
-	VPSHUFD(U8(0x4e), x8, h2)
-	VPADDD(h2, x8, x8)
-	VPSHUFD(U8(0xb1), x8, h2)
-	VPADDD(h2, x8, x8)
-	VPSLLD(U8(3), x8, x8)
-	VPSUBD(x8, z.AsX(), x8)
-	VCVTDQ2PS(x8, x8)
+	// qo = -8·Σ q8: each lane's sum is an integer below 2^24, and so is
+	// the total, so reduce16's float sums are exact.
+	VCVTDQ2PS(s8, s8)
+	x8 := reduce16(s8, false)
+	VMULSS(u4Mid, x8, x8)
+	VSUBSS(x8, z.AsX(), x8)
 	VMOVSS(x8, qo)
 }
 
